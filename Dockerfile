@@ -1,0 +1,15 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPUPOOL_VAR_DIR=/var/lib/gpupool
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY pool ./pool
+COPY inventory ./inventory
+COPY allocation ./allocation
+COPY agents ./agents
+COPY frontend ./frontend
+COPY gpupool_cli ./gpupool_cli
+COPY manage.py ./
+COPY examples ./examples
+RUN pip install --no-cache-dir . && mkdir -p /var/lib/gpupool
+EXPOSE 8000
+CMD ["gunicorn", "pool.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]

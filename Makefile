@@ -1,0 +1,32 @@
+# gpupool: the two commands are `make run` and `make test`; both install first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PORT ?= 8000
+
+.PHONY: install run test lint bench clean
+
+install: $(VENV)/.installed
+
+# Reinstall only when the dependency list changes: quick when nothing changed.
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpupool needs Python >= 3.11 (set PYTHON=python3.11)")'
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	@touch $@
+
+run: install
+	PORT=$(PORT) bash scripts/run.sh
+
+test: install
+	bash scripts/test.sh
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+bench: install
+	bash scripts/bench.sh
+
+clean:
+	rm -rf var/ staticfiles/ test-artifacts/

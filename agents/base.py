@@ -1,0 +1,245 @@
+"""The connector interface every source kind implements, and the plain data it speaks.
+
+Agents talk to the outside world (SSH hosts, Kubernetes API servers, the simulated fleet) and know
+nothing of Django models: configuration comes in as plain mappings, discovered facts and binding
+status go out as the frozen dataclasses below. `inventory.sync` turns facts into rows;
+`allocation` turns binding status into lease transitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class AgentError(Exception):
+    """A failure talking to a source.
+
+    `permanent=True` means retrying cannot help (bad credentials, refused host key, invalid
+    manifest); callers record it and stop. Transient errors are retried with backoff.
+    """
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+# --- discovered facts ---------------------------------------------------------------------------
+
+HEALTH_OK = "ok"
+HEALTH_UNHEALTHY = "unhealthy"
+
+HOST_READY = "ready"
+HOST_CORDONED = "cordoned"  # the source itself says: schedule nothing new here
+HOST_OFFLINE = "offline"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process seen on a GPU (nvidia-smi --query-compute-apps)."""
+
+    pid: int | None
+    used_memory_mb: int | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class GpuFact:
+    """One GPU, or one MIG slice (then `parent_uuid` and `mig_profile` are set).
+
+    Telemetry fields are None when the source could not read them (`[N/A]`, `[Not Supported]`).
+    `processes` lists compute processes on it; inventory marks the GPU `foreign` when some run
+    and no lease of ours holds it.
+    """
+
+    uuid: str
+    index: int
+    model: str
+    memory_mb: int | None = None
+    mig_profile: str = ""
+    parent_uuid: str = ""
+    health: str = HEALTH_OK
+    health_reason: str = ""
+    utilization_pct: float | None = None
+    memory_used_mb: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    # Time-slicing: the device plugin advertises this many replicas of the physical GPU.
+    shared_replicas: int = 1
+
+
+@dataclass(frozen=True)
+class HostFact:
+    """One machine as a source sees it right now.
+
+    `foreign_gpus` is a count (Kubernetes: GPUs held by pods gpupool did not create; the device
+    plugin, not us, picks which devices they got). `error` is a human sentence when the host could
+    not be read; then `gpus` is empty and the host is shown offline with that error.
+    """
+
+    name: str
+    address: str = ""
+    state: str = HOST_READY
+    driver_version: str = ""
+    cuda_version: str = ""
+    gpus: tuple[GpuFact, ...] = ()
+    foreign_gpus: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Everything one discovery pass of one source found. `error` is set when the whole source
+    failed (API server unreachable); per-host failures live on each HostFact instead."""
+
+    hosts: tuple[HostFact, ...] = ()
+    error: str = ""
+
+
+# --- binding ------------------------------------------------------------------------------------
+
+BIND_STARTING = "starting"  # asked for, not yet running (pod Pending, process launching)
+BIND_RUNNING = "running"
+BIND_SUCCEEDED = "succeeded"  # ended on its own with success (exit 0, pod Succeeded)
+BIND_FAILED = "failed"  # ended on its own with failure, or could never start
+BIND_GONE = "gone"  # removed by someone else (pod deleted, process vanished without trace)
+
+BIND_ENDED = frozenset({BIND_SUCCEEDED, BIND_FAILED, BIND_GONE})
+
+
+@dataclass(frozen=True)
+class BindRequest:
+    """What a connector needs to start a lease's workload.
+
+    `spec` is the user's binding object from the API (`{"kind": "process", ...}` or
+    `{"kind": "pod", ...}`), already validated for shape.
+    """
+
+    lease_id: str
+    host_name: str
+    host_address: str
+    gpu_uuids: tuple[str, ...]
+    spec: Mapping[str, Any]
+    grace_s: int = 30
+
+
+@dataclass(frozen=True)
+class BindingStatus:
+    """The live status of a bound workload. `handle` is what the connector needs to find it
+    again (pid and start time, pod namespace/name); it is stored on the lease as JSON."""
+
+    state: str
+    handle: Mapping[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"handle": dict(self.handle)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BindingStatus:
+        return cls(
+            state=str(data.get("state", BIND_STARTING)),
+            handle=dict(data.get("handle") or {}),
+            exit_code=data.get("exit_code"),
+            reason=str(data.get("reason", "")),
+        )
+
+
+# --- the connector ------------------------------------------------------------------------------
+
+
+class Connector(ABC):
+    """One source of GPUs. Subclasses register a `kind` and implement the four verbs.
+
+    `config` is the source's entry from the YAML configuration (minus `name`, `kind`, `pool`),
+    with secrets already decrypted by the caller. Every remote call must be bounded by a timeout
+    and raise AgentError on failure.
+    """
+
+    kind: ClassVar[str]
+
+    def __init__(self, name: str, config: Mapping[str, Any]) -> None:
+        self.name = name
+        self.config = config
+
+    @abstractmethod
+    def discover(self) -> Discovery:
+        """Read the current fleet. Per-host failures go on HostFact.error, never raise."""
+
+    def bind(self, request: BindRequest) -> BindingStatus:
+        """Start the workload for a lease; idempotent (a retry finds the first copy)."""
+        raise AgentError(f"source kind {self.kind!r} cannot bind workloads", permanent=True)
+
+    def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
+        """Stop the workload: notice first, forced end after `grace_s`. Idempotent."""
+        raise AgentError(f"source kind {self.kind!r} cannot unbind workloads", permanent=True)
+
+    def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
+        """Report the workload's live status."""
+        raise AgentError(f"source kind {self.kind!r} cannot observe workloads", permanent=True)
+
+    @classmethod
+    def validate_config(cls, config: Mapping[str, Any]) -> list[str]:
+        """Return human error messages for a bad config entry (empty when fine)."""
+        return []
+
+    #: Keys a config entry of this kind may carry (besides name, kind, pool).
+    config_keys: ClassVar[frozenset[str]] = frozenset()
+
+
+_REGISTRY: dict[str, type[Connector]] = {}
+
+
+def register(kind: str) -> Callable[[type[Connector]], type[Connector]]:
+    """Class decorator: make a connector available under `kind`."""
+
+    def decorate(cls: type[Connector]) -> type[Connector]:
+        cls.kind = kind
+        _REGISTRY[kind] = cls
+        return cls
+
+    return decorate
+
+
+def connector_class(kind: str) -> type[Connector]:
+    _load_builtin_connectors()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise AgentError(f"unknown source kind {kind!r}", permanent=True) from None
+
+
+def known_kinds() -> Sequence[str]:
+    _load_builtin_connectors()
+    return sorted(_REGISTRY)
+
+
+def get_connector(kind: str, name: str, config: Mapping[str, Any]) -> Connector:
+    return connector_class(kind)(name, config)
+
+
+BUILTIN_KINDS = ("simulated", "ssh", "kubernetes")
+
+
+def _load_builtin_connectors() -> None:
+    # Imported lazily so that importing agents.base never pulls paramiko or kubernetes (the
+    # connector modules themselves import those SDKs only inside their methods).
+    import importlib
+
+    for module in BUILTIN_KINDS:
+        if module not in _REGISTRY:
+            try:
+                importlib.import_module(f"agents.{module}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"agents.{module}":
+                    raise  # a missing dependency is a real error, not a missing connector

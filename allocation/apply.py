@@ -1,0 +1,182 @@
+"""Apply a validated configuration to the database, idempotently, all or nothing; and export it.
+
+`config_apply` returns the list of changes in words ("+ team vision", "~ quota vision@training:
+limit 8 → 16"); applying the same file twice returns an empty list the second time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from allocation.config import Config, ConfigError
+from allocation.leases import audit
+from allocation.models import PriorityClass, Quota, SchedulerSettings, Team
+from inventory.models import Pool, Source
+from inventory.secrets import decrypt, encrypt
+
+
+def _set(obj: Any, values: dict[str, Any], label: str, changes: list[str]) -> bool:
+    diffs = [f"{k} {getattr(obj, k)!r} → {v!r}" for k, v in values.items() if getattr(obj, k) != v]
+    if diffs:
+        for key, value in values.items():
+            setattr(obj, key, value)
+        changes.append(f"~ {label}: " + ", ".join(diffs))
+    return bool(diffs)
+
+
+def _check_references(cfg: Config) -> None:
+    pools = {p.name for p in cfg.pools} | set(Pool.objects.values_list("name", flat=True))
+    teams = {t.name for t in cfg.teams} | set(Team.objects.values_list("name", flat=True))
+    errors = []
+    for q in cfg.quotas:
+        if q.team not in teams:
+            errors.append(f"quota {q.team}@{q.pool}: team {q.team!r} is not defined")
+        if q.pool not in pools:
+            errors.append(f"quota {q.team}@{q.pool}: pool {q.pool!r} is not defined")
+    for s in cfg.sources:
+        if s.pool not in pools:
+            errors.append(f"source {s.name}: pool {s.pool!r} is not defined")
+    if errors:
+        raise ConfigError(errors)
+
+
+def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = False,
+                 dry_run: bool = False) -> list[str]:
+    """Create or update everything the config names (delete nothing unless `prune`)."""
+    _check_references(cfg)
+    changes: list[str] = []
+    with transaction.atomic():
+        pools = {p.name: p for p in Pool.objects.all()}
+        for spec in cfg.pools:
+            pool = pools.get(spec.name)
+            if pool is None:
+                pools[spec.name] = Pool.objects.create(name=spec.name, description=spec.description)
+                changes.append(f"+ pool {spec.name}")
+            elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
+                pool.save()
+
+        teams = {t.name: t for t in Team.objects.prefetch_related("members")}
+        User = get_user_model()
+        for spec in cfg.teams:
+            team = teams.get(spec.name)
+            if team is None:
+                team = teams[spec.name] = Team.objects.create(name=spec.name, weight=spec.weight)
+                changes.append(f"+ team {spec.name}")
+            elif _set(team, {"weight": spec.weight}, f"team {spec.name}", changes):
+                team.save()
+            current = {u.username for u in team.members.all()}
+            for name in sorted(set(spec.members) - current):
+                user, created = User.objects.get_or_create(username=name)
+                if created:
+                    user.set_unusable_password()
+                    user.save()
+                team.members.add(user)
+                changes.append(f"+ member {name} of team {spec.name}")
+
+        quotas = {(q.team.name, q.pool.name): q for q in Quota.objects.select_related("team", "pool")}
+        for spec in cfg.quotas:
+            quota = quotas.get((spec.team, spec.pool))
+            values = {"guaranteed": spec.guaranteed, "limit": spec.limit}
+            if quota is None:
+                Quota.objects.create(team=teams[spec.team], pool=pools[spec.pool], **values)
+                changes.append(f"+ quota {spec.team}@{spec.pool}: guaranteed {spec.guaranteed}, "
+                               f"limit {spec.limit if spec.limit is not None else 'none'}")
+            elif _set(quota, values, f"quota {spec.team}@{spec.pool}", changes):
+                quota.save()
+
+        classes = {c.name: c for c in PriorityClass.objects.all()}
+        for spec in cfg.priority_classes:
+            values = {"value": spec.value, "preemptible": spec.preemptible,
+                      "min_runtime_s": spec.min_runtime_s, "grace_s": spec.grace_s}
+            pc = classes.get(spec.name)
+            if pc is None:
+                PriorityClass.objects.create(name=spec.name, **values)
+                changes.append(f"+ priority class {spec.name} (value {spec.value})")
+            elif _set(pc, values, f"priority class {spec.name}", changes):
+                pc.save()
+
+        if cfg.scheduler is not None:
+            sched = SchedulerSettings.current()
+            values = {"fair_share_half_life_hours": cfg.scheduler.fair_share_half_life_hours,
+                      "pass_interval_s": cfg.scheduler.pass_interval_s}
+            if sched._state.adding:
+                for key, value in values.items():
+                    setattr(sched, key, value)
+                sched.save()
+                changes.append("+ scheduler settings")
+            elif _set(sched, values, "scheduler", changes):
+                sched.save()
+
+        sources = {s.name: s for s in Source.objects.all()}
+        for spec in cfg.sources:
+            options = dict(spec.options)
+            secret = options.pop("private_key", "")
+            values = {"kind": spec.kind, "pool": pools[spec.pool], "config": options,
+                      "interval_s": spec.interval_s}
+            src = sources.get(spec.name)
+            if src is None:
+                Source.objects.create(name=spec.name, secret=encrypt(secret), **values)
+                changes.append(f"+ source {spec.name} ({spec.kind})")
+            else:
+                dirty = _set(src, values, f"source {spec.name}", changes)
+                if secret and decrypt(src.secret) != secret:
+                    src.secret = encrypt(secret)
+                    changes.append(f"~ source {spec.name}: private key replaced")
+                    dirty = True
+                if dirty:
+                    src.save()
+
+        if prune:
+            changes.extend(_prune(cfg))
+        if changes:
+            audit(actor=actor, action="config.apply", obj="config", message="\n".join(changes),
+                  data={"changes": changes}).save()
+        if dry_run:
+            transaction.set_rollback(True)
+    return changes
+
+
+def _prune(cfg: Config) -> list[str]:
+    changes = []
+    keep_q = {(q.team, q.pool) for q in cfg.quotas}
+    for q in Quota.objects.select_related("team", "pool"):
+        if (q.team.name, q.pool.name) not in keep_q:
+            q.delete()
+            changes.append(f"- quota {q.team.name}@{q.pool.name}")
+    for model, names, label in ((Source, {s.name for s in cfg.sources}, "source"),
+                                (PriorityClass, {p.name for p in cfg.priority_classes}, "priority class")):
+        for obj in model.objects.exclude(name__in=names):
+            if label == "priority class" and obj.leases.exists():
+                continue  # still referenced by lease history
+            obj.delete()
+            changes.append(f"- {label} {obj.name}")
+    return changes
+
+
+def config_export() -> dict[str, Any]:
+    """The database's configuration in the same format `apply` reads (secrets left out)."""
+    data: dict[str, Any] = {
+        "pools": [{"name": p.name, "description": p.description} for p in Pool.objects.all()],
+        "teams": [{"name": t.name, "weight": t.weight,
+                   "members": sorted(u.username for u in t.members.all())}
+                  for t in Team.objects.prefetch_related("members")],
+        "quotas": [{"team": q.team.name, "pool": q.pool.name, "guaranteed": q.guaranteed,
+                    "limit": q.limit} for q in Quota.objects.select_related("team", "pool")],
+        "priority_classes": [{"name": c.name, "value": c.value, "preemptible": c.preemptible,
+                              "min_runtime_s": c.min_runtime_s, "grace_s": c.grace_s}
+                             for c in PriorityClass.objects.all()],
+    }
+    sched = SchedulerSettings.objects.filter(pk=1).first()
+    if sched is not None:
+        data["scheduler"] = {"fair_share_half_life_hours": sched.fair_share_half_life_hours,
+                             "pass_interval_s": sched.pass_interval_s}
+    data["sources"] = [{"name": s.name, "kind": s.kind, "pool": s.pool.name,
+                        "interval_s": s.interval_s, **s.config}
+                       for s in Source.objects.select_related("pool")]
+    for weight_holder in data["teams"]:
+        if float(weight_holder["weight"]).is_integer():
+            weight_holder["weight"] = int(weight_holder["weight"])
+    return data

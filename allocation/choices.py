@@ -1,0 +1,27 @@
+"""Lease vocabulary shared by models, the state machine, filters and serializers."""
+
+from django.db import models
+
+
+class LeaseState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    GRANTED = "granted", "Granted"
+    BOUND = "bound", "Bound"
+    RELEASED = "released", "Released"
+    EXPIRED = "expired", "Expired"
+    PREEMPTED = "preempted", "Preempted"
+    FAILED = "failed", "Failed"
+    LOST = "lost", "Lost"
+
+
+# States in which a lease holds GPUs.
+HOLDING_STATES = (LeaseState.GRANTED, LeaseState.BOUND)
+ACTIVE_STATES = (LeaseState.PENDING, *HOLDING_STATES)
+END_STATES = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
+              LeaseState.LOST)
+
+
+class BindingKind(models.TextChoices):
+    NONE = "", "None"
+    PROCESS = "process", "Process over SSH"
+    POD = "pod", "Kubernetes pod"

@@ -1,0 +1,120 @@
+"""The lease state machine: every transition of a lease goes through this module.
+
+    pending → granted → bound → released | expired | preempted | failed | lost
+    pending → released (cancelled) | failed (refused)        lost → pending (requeue_on_loss)
+
+A lease that ends while its workload still runs keeps its GPUs (LeaseGpu.active) until the
+workload is confirmed stopped (`lease_free_gpus`), so a GPU is never handed out while a preempted
+process is still in its grace period. Each transition writes an AuditEvent with actor and reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocation.choices import END_STATES, LeaseState
+from allocation.models import AuditEvent, Lease, LeaseGpu
+from inventory.models import Gpu
+from inventory.services import gpu_refresh_states
+from pool.errors import Conflict
+
+S = LeaseState
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.GRANTED, S.RELEASED, S.FAILED}),
+    S.GRANTED: frozenset({S.BOUND, S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
+    S.BOUND: frozenset({S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
+    S.LOST: frozenset({S.PENDING}),
+    S.RELEASED: frozenset(),
+    S.EXPIRED: frozenset(),
+    S.PREEMPTED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+
+class IllegalTransition(Conflict):
+    code = "illegal_transition"
+
+
+def check_transition(current: str, target: str) -> None:
+    if target not in TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"a {current} lease cannot become {target}")
+
+
+def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease | None = None,
+          data: dict[str, Any] | None = None, at: datetime | None = None) -> AuditEvent:
+    return AuditEvent(
+        at=at or timezone.now(), actor=actor, action=action,
+        object_type=type(obj).__name__.lower(), object_id=str(getattr(obj, "pk", obj)),
+        lease=lease, message=message, data=data or {},
+    )
+
+
+def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
+               now: datetime | None = None, extra: dict[str, Any] | None = None) -> AuditEvent:
+    """Move one in-memory lease to `target` (caller saves it); returns the unsaved audit event.
+
+    Raises IllegalTransition for a move the state machine does not allow.
+    """
+    check_transition(lease.state, target)
+    now = now or timezone.now()
+    previous = lease.state
+    lease.state = target
+    lease.reason = reason
+    if target in END_STATES:
+        lease.ended_at = now
+        lease.queue_position = None
+        lease.estimated_start = None
+    if target == S.PENDING:
+        lease.granted_at = lease.expires_at = lease.ended_at = None
+        lease.host = None
+        lease.ending_since = None
+    return audit(actor=actor, action=f"lease.{target}", obj=lease, lease=lease, at=now,
+                 message=reason, data={"from": previous, "to": target, **(extra or {})})
+
+
+def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
+              now: datetime | None = None, keep_gpus: bool | None = None) -> None:
+    """End a holding (or pending) lease, in the caller's transaction.
+
+    GPUs are freed at once unless a workload is bound or being bound (then the unbind task frees
+    them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
+    the reaper frees them after the grace period)."""
+    now = now or timezone.now()
+    has_workload = bool(lease.binding_status.get("handle")) or lease.state == S.BOUND
+    event = transition(lease, target, actor=actor, reason=reason, now=now)
+    hold = has_workload if keep_gpus is None else keep_gpus or has_workload
+    if lease.granted_at is not None:
+        from allocation.ledger import ledger_close
+
+        ledger_close(team_id=lease.team_id, gpus=lease.gpu_count, granted_at=lease.granted_at,
+                     ended_at=now)
+    if hold:
+        lease.ending_since = now
+        if has_workload:
+            lease.binding_status = {**lease.binding_status, "state": "stopping"}
+    lease.save()
+    event.save()
+    if not hold:
+        lease_free_gpus([lease.pk])
+
+
+def lease_free_gpus(lease_ids: Sequence[Any]) -> int:
+    """Deactivate the GPU links of ended leases and mark their GPUs free again."""
+    with transaction.atomic():
+        gpu_ids = list(LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True)
+                       .values_list("gpu_id", flat=True))
+        LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True).update(active=False)
+        Lease.objects.filter(pk__in=lease_ids).update(ending_since=None)
+        if gpu_ids:
+            Gpu.objects.filter(pk__in=gpu_ids).update(leased=False)
+            gpu_refresh_states(Gpu.objects.filter(pk__in=gpu_ids))
+    return len(gpu_ids)
+
+
+def bulk_audit(events: Iterable[AuditEvent]) -> None:
+    AuditEvent.objects.bulk_create(list(events), batch_size=1000)

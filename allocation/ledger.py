@@ -1,0 +1,79 @@
+"""The fair-share ledger: exponentially decayed GPU-seconds per team.
+
+usage(now) = closed · 2^(−(now − as_of)/h) + Σ over running leases of gpus · ∫ 2^(−(now − t)/h) dt,
+where `closed` accumulates leases that have ended. The integral has a closed form, so the ledger is
+exact (no sampling) and can be rebuilt from lease rows at any time (`rebuild_ledger`).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Count, Q
+
+from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
+from allocation.policy.types import TeamView
+
+LN2 = math.log(2)
+
+
+def half_life_s() -> float:
+    return SchedulerSettings.current().fair_share_half_life_hours * 3600.0
+
+
+def decayed_interval(gpus: int, start: float, end: float, now: float, h: float) -> float:
+    """Decayed GPU-seconds at `now` of `gpus` GPUs used from `start` to `end` (≤ now)."""
+    if end <= start:
+        return 0.0
+    return gpus * h / LN2 * (2 ** (-(now - end) / h) - 2 ** (-(now - start) / h))
+
+
+def team_usage_views(now: datetime) -> dict[str, TeamView]:
+    """TeamView (weight, decayed usage) for every team, in two queries."""
+    h = half_life_s()
+    t = now.timestamp()
+    usage: dict[int, float] = {}
+    for ledger in UsageLedger.objects.all():
+        usage[ledger.team_id] = ledger.closed_usage * 2 ** (-(t - ledger.as_of.timestamp()) / h)
+    running = (Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=True)
+               .annotate(n=Count("gpu_links", filter=Q(gpu_links__active=True)))
+               .values_list("team_id", "n", "granted_at"))
+    for team_id, n, granted in running:
+        usage[team_id] = usage.get(team_id, 0.0) + decayed_interval(n, granted.timestamp(), t, t, h)
+    return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0))
+            for pk, name, weight in Team.objects.values_list("pk", "name", "weight")}
+
+
+def ledger_close(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> None:
+    """Fold an ended lease into its team's closed usage (called when a lease ends)."""
+    h = half_life_s()
+    with transaction.atomic():
+        ledger, _ = UsageLedger.objects.select_for_update().get_or_create(
+            team_id=team_id, defaults={"as_of": ended_at})
+        t = max(ended_at, ledger.as_of)
+        carried = ledger.closed_usage * 2 ** (-(t.timestamp() - ledger.as_of.timestamp()) / h)
+        ledger.closed_usage = carried + decayed_interval(gpus, granted_at.timestamp(),
+                                                          ended_at.timestamp(), t.timestamp(), h)
+        ledger.as_of = t
+        ledger.save()
+
+
+def rebuild_ledger(now: datetime) -> int:
+    """Recompute every team's closed usage from lease rows. Returns the number of leases used."""
+    h = half_life_s()
+    t = now.timestamp()
+    totals: dict[int, float] = {}
+    rows = Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=False).values_list(
+        "team_id", "gpu_count", "granted_at", "ended_at")
+    count = 0
+    for team_id, gpus, granted, ended in rows.iterator():
+        totals[team_id] = totals.get(team_id, 0.0) + decayed_interval(
+            gpus, granted.timestamp(), ended.timestamp(), t, h)
+        count += 1
+    with transaction.atomic():
+        UsageLedger.objects.all().delete()
+        UsageLedger.objects.bulk_create(
+            [UsageLedger(team_id=tid, closed_usage=v, as_of=now) for tid, v in totals.items()])
+    return count

@@ -1,0 +1,192 @@
+"""Who gets what: teams, quotas, priority classes, leases, the fair-share ledger and the audit log."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from allocation.choices import HOLDING_STATES, BindingKind, LeaseState
+from inventory.models import Gpu, Host, Pool
+
+
+class Team(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    weight = models.FloatField(default=1.0, help_text="Fair-share weight.")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=Q(weight__gt=0), name="team_weight_positive")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
+    guaranteed = models.PositiveIntegerField(default=0)
+    limit = models.PositiveIntegerField(null=True, blank=True,
+                                        help_text="Ceiling; empty means it may borrow all idle GPUs.")
+
+    class Meta:
+        ordering = ["team__name", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_pool"),
+            models.CheckConstraint(condition=Q(limit__isnull=True) | Q(limit__gte=F("guaranteed")),
+                                   name="quota_limit_not_below_guaranteed"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}@{self.pool}"
+
+
+class PriorityClass(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    value = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=False)
+    min_runtime_s = models.PositiveIntegerField(default=0)
+    grace_s = models.PositiveIntegerField(default=30)
+
+    class Meta:
+        ordering = ["-value", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Lease(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.PENDING,
+                             db_index=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="leases")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                             related_name="leases")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="leases")
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT,
+                                       related_name="leases")
+    gpu_count = models.PositiveIntegerField()
+    model = models.CharField(max_length=255, blank=True, default="")
+    min_memory_mb = models.PositiveIntegerField(default=0)
+    min_driver_version = models.CharField(max_length=32, blank=True, default="")
+    min_cuda_version = models.CharField(max_length=32, blank=True, default="")
+    same_host = models.BooleanField(default=True)
+    requeue_on_loss = models.BooleanField(default=False)
+    ttl_seconds = models.PositiveIntegerField()
+    borrowed = models.BooleanField(default=False)
+    host = models.ForeignKey(Host, on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="leases")
+    gpus = models.ManyToManyField(Gpu, through="LeaseGpu", related_name="leases")
+    reason = models.TextField(blank=True, default="")
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    granted_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # Set when the lease was told to end (preemption notice, release of a bound workload) and is
+    # waiting for its workload to stop; `end_state` is where it goes once it has.
+    ending_since = models.DateTimeField(null=True, blank=True)
+    end_state = models.CharField(max_length=16, choices=LeaseState.choices, blank=True, default="")
+    preempted_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                     related_name="preempted")
+    binding_kind = models.CharField(max_length=16, choices=BindingKind.choices, blank=True,
+                                    default=BindingKind.NONE)
+    binding_spec = models.JSONField(default=dict, blank=True)
+    binding_status = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_count__gte=1), name="lease_gpu_count_positive"),
+            models.UniqueConstraint(fields=["user", "idempotency_key"],
+                                    condition=~Q(idempotency_key=""),
+                                    name="lease_unique_idempotency_key"),
+        ]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+    def is_active(self) -> bool:
+        return self.state in (LeaseState.PENDING, *HOLDING_STATES)
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        now = now or timezone.now()
+        return self.state == LeaseState.GRANTED and self.expires_at is not None and self.expires_at <= now
+
+
+class LeaseGpu(models.Model):
+    """The lease↔GPU link. `active` stays true while the lease holds the GPU; the partial unique
+    constraint makes the database itself refuse a GPU in two active leases."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="gpu_links")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="lease_links")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["gpu"], condition=Q(active=True),
+                                    name="gpu_in_at_most_one_active_lease"),
+            models.UniqueConstraint(fields=["lease", "gpu"], name="lease_gpu_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}:{self.gpu_id}{'' if self.active else ' (ended)'}"
+
+
+class UsageLedger(models.Model):
+    """Fair-share ledger per team: decayed GPU-seconds of leases that have ended, as of `as_of`.
+    Running leases are added at snapshot time; `manage.py rebuild_ledger` recomputes it from
+    lease rows."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="ledger")
+    closed_usage = models.FloatField(default=0.0)
+    as_of = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.team_id}: {self.closed_usage:.0f} GPU-s"
+
+
+class AuditEvent(models.Model):
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=150, help_text="User name, or system:<component>.")
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=64, db_index=True)
+    lease = models.ForeignKey(Lease, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="audit_events")
+    message = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}:{self.object_id}"
+
+
+class SchedulerSettings(models.Model):
+    """The `scheduler:` section of the configuration: one row (pk=1)."""
+
+    fair_share_half_life_hours = models.FloatField(default=168.0)
+    pass_interval_s = models.FloatField(default=10.0)
+
+    class Meta:
+        verbose_name_plural = "scheduler settings"
+        constraints = [models.CheckConstraint(condition=Q(fair_share_half_life_hours__gt=0),
+                                              name="half_life_positive")]
+
+    def __str__(self) -> str:
+        return f"half-life {self.fair_share_half_life_hours} h, pass every {self.pass_interval_s} s"
+
+    @classmethod
+    def current(cls) -> SchedulerSettings:
+        return cls.objects.filter(pk=1).first() or cls(pk=1)

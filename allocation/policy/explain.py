@@ -1,0 +1,109 @@
+"""Reasons in words for every pending lease and every preemption.
+
+A user reading a reason should know what to change or how long to wait: which constraint no GPU
+meets, how large the largest free block is and where, which limit is in the way, which leases are
+being stopped for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from allocation.policy.placement import (
+    FreeIndex,
+    Group,
+    kind_eligible,
+    model_alternatives,
+    model_matches,
+)
+from allocation.policy.types import RequestView
+
+_MAX_NAMES = 3
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _names(ids: Sequence[str]) -> str:
+    shown = ", ".join(ids[:_MAX_NAMES])
+    return shown if len(ids) <= _MAX_NAMES else f"{shown} and {len(ids) - _MAX_NAMES} more"
+
+
+def no_match(req: RequestView, index: FreeIndex | None) -> str:
+    """Why no GPU of the pool could ever match: the first constraint that excludes them all."""
+    where = f"in pool {req.pool}"
+    if index is None or not index.capacity:
+        return f"pool {req.pool} has no schedulable GPUs"
+    kinds = [index.kinds[k] for k in index.capacity]
+    alternatives = model_alternatives(req.model)
+    kinds = [k for k in kinds if model_matches(k, alternatives)]
+    if not kinds:
+        return f"no GPU of model {req.model or 'any'} {where}"
+    if not any(k.memory_mb >= req.min_memory_mb for k in kinds):
+        return f"no GPU{_of(req)} with at least {req.min_memory_mb} MB of memory {where}"
+    constraint = (req.model, req.min_memory_mb, req.min_driver_version, "")
+    if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
+        return f"no GPU{_of(req)} with driver >= {req.min_driver_version} {where}"
+    constraint = (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
+    if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
+        return f"no GPU{_of(req)} with CUDA >= {req.min_cuda_version} {where}"
+    return f"every matching GPU {where} is time-sliced and reserved for another team"
+
+
+def _of(req: RequestView) -> str:
+    return f" of model {req.model}" if req.model else ""
+
+
+def too_big(req: RequestView, groups: Sequence[Group]) -> str:
+    if req.same_host:
+        block = max(g.capacity_block for g in groups)
+        return (f"asks for {_gpus(req.gpus)} on one host, but no host in pool {req.pool} has more "
+                f"than {block} matching GPUs")
+    total = max(g.capacity_total for g in groups)
+    return f"asks for {_gpus(req.gpus)}, but pool {req.pool} has only {total} matching GPUs"
+
+
+def over_limit(req: RequestView, limit: int) -> str:
+    return f"asks for {_gpus(req.gpus)}, above team {req.team}'s limit {limit} in pool {req.pool}"
+
+
+def at_limit(req: RequestView, limit: int, holds: int) -> str:
+    return (f"team {req.team} at its limit {limit} in pool {req.pool} "
+            f"(holds or awaits {holds}, asks for {req.gpus})")
+
+
+def no_room(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:
+    """Capacity exists but is busy: say how far the free capacity is from the request."""
+    model = f" of model {req.model}" if req.model else ""
+    if req.same_host:
+        size, host = max(index.largest_block(g) for g in groups)
+        if size == 0:
+            return (f"waiting for {_gpus(req.gpus)}{model} on one host; none is free in "
+                    f"pool {req.pool}")
+        return (f"waiting for {_gpus(req.gpus)}{model} on one host; largest free block is "
+                f"{size} on {host}")
+    free = max(index.free_in(g) for g in groups)
+    return f"waiting for {_gpus(req.gpus)}{model}; {free} free in pool {req.pool}"
+
+
+def behind(req: RequestView, ahead: int, head: str, head_gpus: int) -> str:
+    noun = "request" if ahead == 1 else "requests"
+    return (f"waiting behind {ahead} higher-priority {noun}; starting now would delay "
+            f"lease {head} ({_gpus(head_gpus)}) that holds the next free capacity")
+
+
+def waiting_for_ending(gpus: int) -> str:
+    return f"waiting for {_gpus(gpus)} being freed by ending leases"
+
+
+def waiting_for_preemption(gpus: int, victims: Sequence[str]) -> str:
+    return f"waiting for {_gpus(gpus)} being freed by preemption of {_names(list(victims))}"
+
+
+def preempted(kind: str, by: RequestView, victim_priority: int) -> str:
+    if kind == "reclaim":
+        return (f"reclaimed: team {by.team} needs its guaranteed share in pool {by.pool} "
+                f"(lease {by.lease_id})")
+    return (f"preempted by higher-priority lease {by.lease_id} of team {by.team} "
+            f"(priority {by.priority} > {victim_priority})")

@@ -1,0 +1,442 @@
+"""Matching GPUs to requests, and best-fit placement over an index of free GPUs.
+
+Vocabulary:
+- *kind*: GPUs interchangeable for matching (model, MIG profile, memory, driver, CUDA,
+  time-slicing, shared team). A pool has a handful of kinds, so eligibility is decided once per
+  (request constraints, kind) and cached, never per GPU.
+- *group*: the eligible kinds of one model and one sharing mode; a lease takes GPUs from one
+  group only ("all GPUs of one lease are of one model"; time-sliced replicas never mixed with
+  exclusive GPUs).
+- *block*: the free GPUs of one kind on one host. Hosts are bucketed by block size so that the
+  best fit (smallest sufficient block) is found in O(GPUs per host), not O(hosts).
+
+Pure: no Django, no I/O. The static layout of a GPU tuple is memoised by identity, so a caller
+that passes the same `Snapshot.gpus` tuple pass after pass (the simulator) pays for it once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from allocation.policy.types import GpuView, RequestView
+
+_DIGITS = re.compile(r"\d+")
+
+# (model, min_memory_mb, min_driver_version, min_cuda_version): what a request asks of each GPU.
+Constraint = tuple[str, int, str, str]
+# Per kind id: None excludes the whole kind, a set excludes those hosts (backfill reservations).
+Exclusions = Mapping[int, frozenset[str] | None]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'535.54.03' -> (535, 54, 3); '' or text without digits -> ()."""
+    return tuple(int(part) for part in _DIGITS.findall(text or ""))
+
+
+def version_at_least(have: str, need: str) -> bool:
+    """Numeric comparison, missing parts read as 0: '535.54.03' >= '525', '12.4' >= '12.4.0'.
+    An empty or digit-free requirement is no requirement; an unknown version meets none."""
+    want = parse_version(need)
+    if not want:
+        return True
+    got = parse_version(have)
+    if not got:
+        return False
+    width = max(len(got), len(want))
+    return got + (0,) * (width - len(got)) >= want + (0,) * (width - len(want))
+
+
+def model_alternatives(model: str) -> tuple[str, ...]:
+    """'A100 | h100' -> ('a100', 'h100'); '' -> () (any model)."""
+    return tuple(part.strip().lower() for part in model.split("|") if part.strip())
+
+
+def constraint_of(req: RequestView) -> Constraint:
+    return (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
+
+
+@dataclass(frozen=True)
+class Kind:
+    model: str
+    mig_profile: str = ""
+    memory_mb: int = 0
+    driver_version: str = ""
+    cuda_version: str = ""
+    time_sliced: bool = False
+    shared_team: str | None = None
+
+    @property
+    def group_key(self) -> tuple[str, str, bool]:
+        return (self.model, self.mig_profile, self.time_sliced)
+
+    @property
+    def label(self) -> str:
+        text = f"{self.model} MIG {self.mig_profile}" if self.mig_profile else self.model
+        return f"{text} (time-sliced)" if self.time_sliced else text
+
+
+def kind_of(gpu: GpuView) -> Kind:
+    return Kind(gpu.model, gpu.mig_profile, gpu.memory_mb, gpu.driver_version, gpu.cuda_version,
+                gpu.time_sliced, gpu.shared_team)
+
+
+def model_matches(kind: Kind, alternatives: Sequence[str]) -> bool:
+    """Case-insensitive substring match. A MIG slice is only given to a request that names its
+    profile or "MIG" (`1g.10gb`, `A100 MIG`): asking for "A100" means a whole A100."""
+    if kind.mig_profile:
+        text = f"{kind.model} mig {kind.mig_profile}".lower()
+        profile = kind.mig_profile.lower()
+        return any((profile in alt or "mig" in alt) and
+                   (alt in text or alt.replace("mig", "").strip() in text) for alt in alternatives)
+    if not alternatives:
+        return True
+    name = kind.model.lower()
+    return any(alt in name for alt in alternatives)
+
+
+def kind_eligible(kind: Kind, constraint: Constraint, team: str) -> bool:
+    model, min_memory, min_driver, min_cuda = constraint
+    return (model_matches(kind, model_alternatives(model)) and kind.memory_mb >= min_memory
+            and version_at_least(kind.driver_version, min_driver)
+            and version_at_least(kind.cuda_version, min_cuda)
+            and (kind.shared_team is None or kind.shared_team == team))
+
+
+# --- static layout -------------------------------------------------------------------------------
+
+
+@dataclass
+class PoolLayout:
+    """Schedulable capacity of one pool (free or held), by kind and host."""
+
+    name: str
+    capacity: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    max_block: dict[int, int] = field(default_factory=dict)
+    unschedulable: int = 0
+
+
+@dataclass
+class Layout:
+    kinds: list[Kind]
+    where: dict[int, tuple[str, str, int]]  # gpu id -> (pool, host, kind id), every GPU
+    pools: dict[str, PoolLayout]
+
+
+_LAYOUTS: dict[int, tuple[tuple[GpuView, ...], Layout]] = {}
+
+
+def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
+    """The layout of a GPU tuple, memoised by identity (a tuple of frozen views never changes)."""
+    hit = _LAYOUTS.get(id(gpus))
+    if hit is not None and hit[0] is gpus:
+        return hit[1]
+    kinds: list[Kind] = []
+    kind_ids: dict[Kind, int] = {}
+    where: dict[int, tuple[str, str, int]] = {}
+    raw: dict[str, dict[int, dict[str, list[int]]]] = {}
+    pools: dict[str, PoolLayout] = {}
+    for gpu in gpus:
+        kind = kind_of(gpu)
+        kid = kind_ids.get(kind)
+        if kid is None:
+            kid = kind_ids[kind] = len(kinds)
+            kinds.append(kind)
+        where[gpu.id] = (gpu.pool, gpu.host, kid)
+        pool = pools.get(gpu.pool) or pools.setdefault(gpu.pool, PoolLayout(gpu.pool))
+        if gpu.schedulable:
+            raw.setdefault(gpu.pool, {}).setdefault(kid, {}).setdefault(gpu.host, []).append(gpu.id)
+        else:
+            pool.unschedulable += 1
+    for name, by_kind in raw.items():
+        pool = pools[name]
+        for kid, hosts in by_kind.items():
+            pool.capacity[kid] = {h: tuple(sorted(ids)) for h, ids in hosts.items()}
+            pool.max_block[kid] = max(len(ids) for ids in hosts.values())
+    layout = Layout(kinds, where, pools)
+    if len(_LAYOUTS) >= 8:  # a few generations are enough: the engine builds a new tuple per pass
+        _LAYOUTS.pop(next(iter(_LAYOUTS)))
+    _LAYOUTS[id(gpus)] = (gpus, layout)
+    return layout
+
+
+@dataclass(frozen=True)
+class Group:
+    """Eligible kinds of one model/sharing mode, with the capacity bounds of that group."""
+
+    key: tuple[str, str, bool]
+    kinds: tuple[int, ...]
+    label: str
+    time_sliced: bool
+    capacity_total: int  # every schedulable GPU of the group in the pool, free or held
+    capacity_block: int  # the largest number on one host
+
+
+@dataclass(frozen=True)
+class Placement:
+    blocks: tuple[tuple[str, int, int], ...]  # (host, kind id, count)
+    score: tuple[int, int, int]  # (time-sliced, hosts used, GPUs left stranded); lower is better
+
+    @property
+    def host(self) -> str:
+        """The host holding most of the lease (the only one for same-host placements)."""
+        counts: dict[str, int] = {}
+        for host, _, count in self.blocks:
+            counts[host] = counts.get(host, 0) + count
+        return max(counts, key=lambda h: (counts[h], -list(counts).index(h)))
+
+
+class FreeIndex:
+    """Free GPUs of one pool during one pass. Only shrinks (grants, holds), so a shape that does
+    not fit once in a pass never fits later in it (callers cache failures on that basis)."""
+
+    def __init__(self, layout: PoolLayout, kinds: list[Kind], held: set[int]) -> None:
+        self.layout = layout
+        self.kinds = kinds  # shared per pass; grows when time-sliced GPUs are re-keyed to a team
+        # A copy of the (memoised, shared) capacity map, so re-keyed kinds can be added per pass.
+        self.capacity: dict[int, dict[str, tuple[int, ...]]] = dict(layout.capacity)
+        self.blocks: dict[int, dict[str, list[int]]] = {}
+        self.buckets: dict[int, list[dict[str, None]]] = {}
+        self.free_total: dict[int, int] = {}
+        self._groups: dict[tuple[Constraint, str], tuple[Group, ...]] = {}
+        self.has_shared = any(kinds[k].shared_team is not None or kinds[k].time_sliced
+                              for k in layout.capacity)
+        for kid, hosts in layout.capacity.items():
+            buckets: list[dict[str, None]] = [{} for _ in range(layout.max_block[kid] + 1)]
+            blocks: dict[str, list[int]] = {}
+            total = 0
+            for host, ids in hosts.items():
+                free = [g for g in ids if g not in held] if held else list(ids)
+                if free:
+                    blocks[host] = free
+                    buckets[len(free)][host] = None
+                    total += len(free)
+            self.blocks[kid], self.buckets[kid], self.free_total[kid] = blocks, buckets, total
+        self._mixed = self._mixed_hosts()
+
+    def _mixed_hosts(self) -> dict[tuple[str, str, bool], tuple[str, ...]]:
+        """Hosts holding more than one kind of the same group (rare: mixed memory or driver)."""
+        seen: dict[tuple[str, str, bool], dict[str, int]] = {}
+        for kid, hosts in self.capacity.items():
+            per_host = seen.setdefault(self.kinds[kid].group_key, {})
+            for host in hosts:
+                per_host[host] = per_host.get(host, 0) + 1
+        return {key: tuple(h for h, n in hosts.items() if n > 1) for key, hosts in seen.items()}
+
+    # --- eligibility ----------------------------------------------------------------------------
+
+    def groups_for(self, req: RequestView) -> tuple[Group, ...]:
+        """Eligible groups for a request, exclusive GPUs before time-sliced ones (cached)."""
+        constraint = constraint_of(req)
+        cache_key = (constraint, req.team if self.has_shared else "")
+        hit = self._groups.get(cache_key)
+        if hit is not None:
+            return hit
+        by_key: dict[tuple[str, str, bool], list[int]] = {}
+        for kid in self.capacity:
+            if kind_eligible(self.kinds[kid], constraint, req.team):
+                by_key.setdefault(self.kinds[kid].group_key, []).append(kid)
+        groups = [self._group(key, tuple(kids)) for key, kids in by_key.items()]
+        groups.sort(key=lambda g: g.time_sliced)
+        self._groups[cache_key] = result = tuple(groups)
+        return result
+
+    def _group(self, key: tuple[str, str, bool], kids: tuple[int, ...]) -> Group:
+        cap = self.capacity
+        per_host: dict[str, int] = {}
+        for kid in kids:
+            for host, ids in cap[kid].items():
+                per_host[host] = per_host.get(host, 0) + len(ids)
+        return Group(key, kids, self.kinds[kids[0]].label, key[2], sum(per_host.values()),
+                     max(per_host.values(), default=0))
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def free_in(self, group: Group, exclude: Exclusions | None = None) -> int:
+        total = 0
+        for kid in group.kinds:
+            if exclude and kid in exclude:
+                hosts = exclude[kid]
+                if hosts is None:
+                    continue
+                blocks = self.blocks[kid]
+                total += self.free_total[kid] - sum(len(blocks.get(h, ())) for h in hosts)
+            else:
+                total += self.free_total[kid]
+        return total
+
+    def free_on(self, host: str, group: Group) -> int:
+        return sum(len(self.blocks[kid].get(host, ())) for kid in group.kinds)
+
+    def largest_block(self, group: Group) -> tuple[int, str]:
+        """(size, host) of the largest free block of the group; (0, "") when none is free."""
+        best = (0, "")
+        for kid in group.kinds:
+            buckets = self.buckets[kid]
+            for count in range(len(buckets) - 1, best[0], -1):
+                if buckets[count]:
+                    best = (count, next(iter(buckets[count])))
+                    break
+        for host in self._mixed.get(group.key, ()):
+            size = self.free_on(host, group)
+            if size > best[0]:
+                best = (size, host)
+        return best
+
+    def find(self, groups: Sequence[Group], gpus: int, same_host: bool,
+             exclude: Exclusions | None = None) -> Placement | None:
+        """The best placement of `gpus` GPUs over the groups, or None. Same host: the smallest
+        sufficient block (fewest GPUs stranded). Otherwise one host if any fits, else the fewest
+        hosts (largest blocks first, the last one best-fit). Exclusive GPUs beat time-sliced."""
+        best: Placement | None = None
+        for group in groups:
+            if same_host:
+                found = self._best_host(group, gpus, exclude)
+            else:
+                found = self._spread(group, gpus, exclude)
+            if found is not None and (best is None or found.score < best.score):
+                best = found
+        return best
+
+    def _best_host(self, group: Group, gpus: int, exclude: Exclusions | None) -> Placement | None:
+        best: tuple[int, str, tuple[tuple[str, int, int], ...]] | None = None
+        for kid in group.kinds:
+            banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+            if banned is None:
+                continue
+            buckets = self.buckets[kid]
+            for count in range(gpus, len(buckets)):
+                if best is not None and count - gpus >= best[0]:
+                    break
+                host = _first_not_in(buckets[count], banned)
+                if host is not None:
+                    best = (count - gpus, host, ((host, kid, gpus),))
+                    break
+        for host in self._mixed.get(group.key, ()):
+            blocks = []
+            size = 0
+            for kid in group.kinds:
+                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                have = len(self.blocks[kid].get(host, ()))
+                if have and banned is not None and host not in banned:
+                    blocks.append((host, kid, have))
+                    size += have
+            if size >= gpus and (best is None or size - gpus < best[0]):
+                best = (size - gpus, host, trim(blocks, gpus))
+        if best is None:
+            return None
+        return Placement(best[2], (int(group.time_sliced), 1, best[0]))
+
+    def _spread(self, group: Group, gpus: int, exclude: Exclusions | None) -> Placement | None:
+        if self.free_in(group, exclude) < gpus:
+            return None
+        single = self._best_host(group, gpus, exclude)
+        if single is not None:
+            return single
+        # Fewest hosts: largest blocks first until the rest fits in one more block.
+        chosen: list[tuple[str, int, int]] = []
+        got = 0
+        top = max((len(self.buckets[k]) for k in group.kinds), default=0)
+        for count in range(top - 1, 0, -1):
+            for kid in group.kinds:
+                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                if banned is None or count >= len(self.buckets[kid]):
+                    continue
+                for host in self.buckets[kid][count]:
+                    if host in banned:
+                        continue
+                    chosen.append((host, kid, count))
+                    got += count
+                    if got >= gpus:
+                        break
+                if got >= gpus:
+                    break
+            if got >= gpus:
+                break
+        # The last block only needs the remainder: use the smallest block that holds it.
+        rest = gpus - (got - chosen[-1][2])
+        used = {(h, k) for h, k, _ in chosen[:-1]}
+        last = chosen[-1]
+        for count in range(rest, last[2]):
+            swap = None
+            for kid in group.kinds:
+                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                if banned is None or count >= len(self.buckets[kid]):
+                    continue
+                swap = next((h for h in self.buckets[kid][count]
+                             if h not in banned and (h, kid) not in used), None)
+                if swap is not None:
+                    last = (swap, kid, count)
+                    break
+            if swap is not None:
+                break
+        chosen[-1] = (last[0], last[1], rest)
+        hosts = len({h for h, _, _ in chosen})
+        return Placement(tuple(chosen), (int(group.time_sliced), hosts, last[2] - rest))
+
+    # --- updates --------------------------------------------------------------------------------
+
+    def take(self, placement: Placement) -> list[int]:
+        """Remove the placement's GPUs from the index (lowest ids of each block) and return them."""
+        taken: list[int] = []
+        for host, kid, count in placement.blocks:
+            free = self.blocks[kid][host]
+            taken.extend(free[:count])
+            self._set_block(kid, host, free[count:])
+        return taken
+
+    def _set_block(self, kid: int, host: str, ids: list[int]) -> None:
+        blocks, buckets = self.blocks[kid], self.buckets[kid]
+        old = blocks.get(host)
+        if old:
+            del buckets[len(old)][host]
+            self.free_total[kid] -= len(old)
+        if ids:
+            while len(buckets) <= len(ids):
+                buckets.append({})
+            blocks[host] = ids
+            buckets[len(ids)][host] = None
+            self.free_total[kid] += len(ids)
+        else:
+            blocks.pop(host, None)
+
+    def restrict_to_team(self, host: str, kid: int, team: str) -> None:
+        """Time-sliced replicas share one physical GPU without isolation: once a team holds
+        replicas on a host, the host's remaining unassigned replicas go to that team only."""
+        kind = self.kinds[kid]
+        if not kind.time_sliced or kind.shared_team is not None:
+            return
+        ids = self.blocks[kid].get(host)
+        if not ids:
+            return
+        target = Kind(kind.model, kind.mig_profile, kind.memory_mb, kind.driver_version,
+                      kind.cuda_version, True, team)
+        if target in self.kinds:
+            new = self.kinds.index(target)
+        else:
+            new = len(self.kinds)
+            self.kinds.append(target)
+        if new not in self.blocks:
+            self.blocks[new], self.buckets[new], self.free_total[new] = {}, [{}], 0
+            self.capacity[new] = {}
+        self.capacity[new] = {**self.capacity[new], host: tuple(ids)}
+        self._set_block(kid, host, [])
+        self._set_block(new, host, ids + self.blocks[new].get(host, []))
+        self._groups.clear()
+
+
+def _first_not_in(hosts: dict[str, None], banned: frozenset[str]) -> str | None:
+    if not banned:
+        return next(iter(hosts), None)
+    return next((h for h in hosts if h not in banned), None)
+
+
+def trim(blocks: list[tuple[str, int, int]], gpus: int) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for host, kid, have in blocks:
+        if gpus <= 0:
+            break
+        out.append((host, kid, min(have, gpus)))
+        gpus -= min(have, gpus)
+    return tuple(out)

@@ -1,0 +1,181 @@
+"""Choosing preemption victims, and waiting for GPUs that ending leases are about to free.
+
+Rules (Kueue's reclaimWithinCohort / withinClusterQueue, adapted to teams):
+- Reclaim: a request that keeps its team within its guarantee may take back *borrowed* capacity:
+  any lease of another team, whatever its priority or preemptible flag, as long as that team
+  stays at or above its own guarantee. Borrowed capacity is reclaimable by definition; the
+  victim's `min_runtime_s` is still honoured (a job gets the start it was promised).
+- Priority: a request may preempt `preemptible` leases of strictly lower priority that have run
+  at least `min_runtime_s`: any of its own team's, and other teams' only from their borrowed
+  capacity. A higher priority never eats into another team's guarantee: if it did, the victim
+  team's re-queued work would reclaim it straight back (ping-pong).
+- Never a lease that is already ending (preempted earlier, grace running), and never one granted
+  in this very pass. GPUs of ending leases are counted first: a request they already make fit
+  waits for them and preempts nothing.
+- Victim order: borrowed before in-quota, lowest priority, most recently granted. The set is the
+  smallest that frees enough GPUs *in one placement*: per host for same-host requests (a lease
+  whose GPUs would not make the request fit is never touched), pool-wide otherwise; greedy in
+  victim order, then pruned of victims not needed. Among hosts, the plan that hurts least wins:
+  lowest top victim priority, fewest in-quota victims, fewest victims, fewest GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from allocation.policy import explain
+from allocation.policy.placement import Group, Placement, trim
+from allocation.policy.quota import QuotaBook
+from allocation.policy.state import LeaseState, PoolState
+from allocation.policy.types import Preemption, RequestView
+
+
+@dataclass
+class Plan:
+    group: Group
+    host: str | None  # the host of a same-host plan; None for pool-wide plans
+    victims: list[LeaseState] = field(default_factory=list)
+    cost: tuple[float, ...] = ()
+
+
+def victim_order(lease: LeaseState) -> tuple[int, int, float, str]:
+    return (0 if lease.borrowed else 1, lease.priority, -lease.granted_at, lease.lease_id)
+
+
+def possible(pool: PoolState, quota: QuotaBook, req: RequestView, reclaim: bool) -> bool:
+    """Cheap necessary condition for a plan: something is ending, or some victim may exist."""
+    if any(n > 0 for n in pool.ending_free.values()):
+        return True
+    if req.priority > pool.min_preemptible:
+        return True
+    return reclaim and any(quota.reclaimable(t, pool.name) > 0
+                           for t in quota.teams_in(pool.name) if t != req.team)
+
+
+def _admissible(lease: LeaseState, req: RequestView, reclaim: bool, now: float) -> bool:
+    if lease.ending or now - lease.granted_at < lease.min_runtime_s:
+        return False
+    if lease.preemptible and lease.priority < req.priority:
+        return True
+    return reclaim and lease.team != req.team
+
+
+def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
+         now: float, reclaim: bool) -> Plan | None:
+    """The cheapest way to make `req` fit, or None. A plan without victims means: wait for
+    ending leases."""
+    ordered = sorted((lease for lease in pool.leases if _admissible(lease, req, reclaim, now)),
+                     key=victim_order)
+    best: Plan | None = None
+    for group in groups:
+        if req.same_host:
+            candidates = _same_host(pool, quota, req, group, ordered)
+        else:
+            candidates = [_pool_wide(pool, quota, req, group, ordered)]
+        for found in candidates:
+            if found is not None and (best is None or found.cost < best.cost):
+                best = found
+    return best
+
+
+def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
+               ordered: list[LeaseState]) -> list[Plan | None]:
+    per_host: dict[str, list[LeaseState]] = defaultdict(list)
+    for lease in ordered:
+        for host, kid in lease.blocks:
+            if kid in group.kinds and lease not in per_host[host][-1:]:
+                per_host[host].append(lease)
+    for (host, kid), count in pool.ending_free.items():
+        if count > 0 and kid in group.kinds:
+            per_host.setdefault(host, [])
+    plans: list[Plan | None] = []
+    for host, victims in per_host.items():
+        have = pool.index.free_on(host, group) + pool.ending_on(host, group)
+        chosen = _choose(quota, req, victims, req.gpus - have, lambda v, h=host: v.on(h, group))
+        if chosen is not None:
+            plans.append(Plan(group, host, chosen, _cost(chosen, have, req.gpus, host)))
+    return plans
+
+
+def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
+               ordered: list[LeaseState]) -> Plan | None:
+    have = pool.index.free_in(group) + pool.ending_in(group)
+    chosen = _choose(quota, req, ordered, req.gpus - have, lambda v: v.in_group(group))
+    if chosen is None:
+        return None
+    return Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
+
+
+def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need: int,
+            contrib: Callable[[LeaseState], int]) -> list[LeaseState] | None:
+    """Greedy in victim order until `need` GPUs, then drop the victims that are not needed
+    (latest chosen first, so the preferred victims stay). [] when nothing is needed."""
+    if need <= 0:
+        return []
+    chosen: list[LeaseState] = []
+    taken: dict[str, int] = defaultdict(int)
+    got = 0
+    for lease in victims:
+        gain = contrib(lease)
+        if gain <= 0:
+            continue
+        if lease.team != req.team:
+            # Never below the victim team's own guarantee.
+            if quota.reclaimable(lease.team, req.pool) - taken[lease.team] < lease.gpus:
+                continue
+            taken[lease.team] += lease.gpus
+        chosen.append(lease)
+        got += gain
+        if got >= need:
+            break
+    if got < need:
+        return None
+    for lease in reversed(chosen[:]):
+        if got - contrib(lease) >= need:
+            chosen.remove(lease)
+            got -= contrib(lease)
+    return chosen
+
+
+def _cost(victims: list[LeaseState], have: int, gpus: int, host: str) -> tuple[float, ...]:
+    if not victims:
+        return (float("-inf"), 0, 0, 0, -have, 0)
+    return (max(v.priority for v in victims), sum(1 for v in victims if not v.borrowed),
+            len(victims), sum(v.gpus for v in victims), 0, 0)
+
+
+def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
+           reclaim: bool) -> tuple[list[Preemption], int, str]:
+    """Start the plan: mark victims ending, hold the free GPUs of the placement for the
+    requester, claim the ending GPUs it waits for, and promise the GPUs to its team.
+    Returns (preemptions, GPUs still to be freed, reason for the requester)."""
+    kind = "reclaim" if reclaim else "priority"
+    preemptions = []
+    for victim in chosen.victims:
+        victim.ending = True
+        quota.leaving[(victim.team, pool.name)] += victim.gpus
+        for key, count in victim.blocks.items():
+            pool.ending_free[key] += count
+        real_kind = kind if victim.team != req.team else "priority"
+        reason = explain.preempted(real_kind, req, victim.priority)
+        preemptions.append(Preemption(victim.lease_id, req.lease_id, reason, real_kind))
+    index, group = pool.index, chosen.group
+    if chosen.host is not None:
+        blocks = [(chosen.host, kid, len(index.blocks[kid].get(chosen.host, ())))
+                  for kid in group.kinds]
+        hold = Placement(trim([b for b in blocks if b[2]], req.gpus), (0, 1, 0))
+    else:
+        spread = index.find([group], min(req.gpus, index.free_in(group)), False) \
+            if index.free_in(group) else None
+        hold = spread or Placement((), (0, 0, 0))
+    held = len(index.take(hold))
+    waiting = req.gpus - held
+    pool.claim_ending(chosen.host, group, waiting)
+    quota.promised[(req.team, req.pool)] += req.gpus
+    if chosen.victims:
+        reason = explain.waiting_for_preemption(waiting, [v.lease_id for v in chosen.victims])
+    else:
+        reason = explain.waiting_for_ending(waiting)
+    return preemptions, waiting, reason

@@ -1,0 +1,67 @@
+"""Quota book-keeping for one pass: what each team holds, is about to lose, and has been promised.
+
+Three numbers per (team, pool), all in GPUs:
+- `held`: GPUs of its running leases, ending ones included (they still occupy the GPUs, so they
+  count against the `limit`).
+- `leaving`: GPUs of its leases that are ending (grace running, or preempted in this pass). They
+  do not count towards the guarantee: the team will not have them for long.
+- `promised`: GPUs of its requests that wait for GPUs being freed for them (preemption started in
+  this pass or an earlier one). They count as if granted, so that two requests of one team do not
+  both start preemptions for room the team's limit would not let both use.
+
+A team without a quota row in a pool has guaranteed 0 and no limit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from allocation.policy.types import QuotaView
+
+Key = tuple[str, str]  # (team, pool)
+
+
+class QuotaBook:
+    def __init__(self, quotas: Mapping[Key, QuotaView]) -> None:
+        self.quotas = quotas
+        self.held: defaultdict[Key, int] = defaultdict(int)
+        self.leaving: defaultdict[Key, int] = defaultdict(int)
+        self.promised: defaultdict[Key, int] = defaultdict(int)
+
+    def guaranteed(self, team: str, pool: str) -> int:
+        quota = self.quotas.get((team, pool))
+        return quota.guaranteed if quota is not None else 0
+
+    def limit(self, team: str, pool: str) -> int | None:
+        quota = self.quotas.get((team, pool))
+        return quota.limit if quota is not None else None
+
+    def committed(self, team: str, pool: str) -> int:
+        """GPUs the team will hold once ending leases are gone and promises are granted."""
+        key = (team, pool)
+        return self.held[key] - self.leaving[key] + self.promised[key]
+
+    def fits_limit(self, team: str, pool: str, gpus: int) -> bool:
+        """Would `gpus` more GPUs keep the team within its limit (counting ending leases, which
+        still hold their GPUs, and promised ones)?"""
+        limit = self.limit(team, pool)
+        key = (team, pool)
+        return limit is None or self.held[key] + self.promised[key] + gpus <= limit
+
+    def within_guarantee(self, team: str, pool: str, gpus: int) -> bool:
+        """Would `gpus` more GPUs keep the team at or below its guaranteed share?"""
+        return self.committed(team, pool) + gpus <= self.guaranteed(team, pool)
+
+    def reclaimable(self, team: str, pool: str) -> int:
+        """GPUs the team holds above its guarantee (borrowed), not already leaving."""
+        return max(0, self.committed(team, pool) - self.guaranteed(team, pool))
+
+    def grant(self, team: str, pool: str, gpus: int) -> bool:
+        """Record a grant; returns whether it borrows (takes the team above its guarantee)."""
+        borrowed = not self.within_guarantee(team, pool, gpus)
+        self.held[(team, pool)] += gpus
+        return borrowed
+
+    def teams_in(self, pool: str) -> list[str]:
+        return sorted({team for (team, p) in self.held if p == pool})

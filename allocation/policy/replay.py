@@ -1,0 +1,282 @@
+"""The event loop of a trace replay: pure (no I/O, no Django), deterministic, and driven by a
+policy function exactly as the live engine drives it. `allocation.simulation` reads the files
+and states the replay's semantics; this module keeps the clock and the books.
+
+Metrics (CONTRACT `simulate`): utilization = allocated GPU-seconds / (capacity x makespan);
+wait = start of the run that completed - submit; JCT = its end - submit. Fairness is measured
+over *backlogged intervals* (at least two teams with pending work): each team's achieved GPUs
+against its entitlement (`fairshare.entitled_allocation` of its demand = held + pending, with
+its guarantee, limit and weight); `jain_index` is Jain's index of achieved/entitled over teams,
+1.0 when no interval was contended.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from allocation.policy.fairshare import entitled_allocation, ledger_update
+from allocation.policy.types import (
+    Decisions,
+    GpuView,
+    PriorityClassView,
+    QuotaView,
+    RequestView,
+    RunningView,
+    Snapshot,
+    TeamView,
+)
+
+_FINISH, _GRACE_END, _MATURE = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int
+    submit_s: float
+    team: str
+    gpus: int
+    duration_s: float
+    priority_class: str = ""
+    model: str = ""
+    line: int = 0  # where it came from, for error messages
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks; 0.0 for no values."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+
+
+def jain(values: Sequence[float]) -> float:
+    if not values or not any(values):
+        return 1.0
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+class Replay:
+    def __init__(self, jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
+                 quotas: Mapping[tuple[str, str], QuotaView],
+                 classes: Mapping[str, PriorityClassView], half_life_s: float,
+                 policy: Callable[[Snapshot], Decisions],
+                 placement: Mapping[int, tuple[str, bool]]) -> None:
+        self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.index))
+        self.fleet, self.quotas, self.classes = fleet, quotas, classes
+        self.half_life_s, self.policy, self.placement = half_life_s, policy, placement
+        self.weights = {**{j.team: 1.0 for j in self.jobs}, **teams}
+        self.capacity: dict[str, int] = defaultdict(int)
+        self.gpu_pool = {g.id: g.pool for g in fleet}
+        for g in fleet:
+            if g.schedulable:
+                self.capacity[g.pool] += 1
+        self.default_class = classes.get("default") or PriorityClassView("default")
+        self.clock = self.jobs[0].submit_s if self.jobs else 0.0
+        self.pending: dict[str, RequestView] = {}
+        self.running: dict[str, RunningView] = {}
+        self.job_of: dict[str, Job] = {}
+        self.started: dict[str, float] = {}
+        self.attempts: dict[int, int] = defaultdict(int)
+        self.events: list[tuple[float, int, int, str]] = []
+        self.seq = 0
+        self.held_gpus: set[int] = set()
+        self.held: dict[tuple[str, str], int] = defaultdict(int)
+        self.waiting: dict[tuple[str, str], int] = defaultdict(int)  # pending GPUs
+        self.waiting_jobs: dict[str, int] = defaultdict(int)
+        self.usage = {t: 0.0 for t in self.weights}
+        self.gpu_s: dict[str, float] = defaultdict(float)
+        self.achieved: dict[str, float] = defaultdict(float)
+        self.entitled: dict[str, float] = defaultdict(float)
+        self.contended_capacity_s = 0.0
+        self.allocated_s = 0.0
+        self.waits: list[float] = []
+        self.jcts: list[float] = []
+        self.preemptions = self.violations = self.unplaceable = self.passes = 0
+        self._entitled_cache: dict[tuple, dict[str, float]] = {}
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        nxt = 0
+        last_event = self.clock
+        while nxt < len(self.jobs) or self.events:
+            t = min(self.jobs[nxt].submit_s if nxt < len(self.jobs) else float("inf"),
+                    self.events[0][0] if self.events else float("inf"))
+            self._advance(t)
+            changed = False
+            while self.events and self.events[0][0] <= t:
+                _, kind, _, lease_id = heapq.heappop(self.events)
+                changed |= self._event(kind, lease_id, t)
+            while nxt < len(self.jobs) and self.jobs[nxt].submit_s <= t:
+                self._submit(self.jobs[nxt])
+                nxt += 1
+                changed = True
+            last_event = t
+            if changed and self.pending:
+                self._pass(t)
+        self.unplaceable += len(self.pending)  # nothing left that could ever free room for them
+        return self._result(last_event)
+
+    def _push(self, when: float, kind: int, lease_id: str) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (when, kind, self.seq, lease_id))
+
+    def _class(self, job: Job) -> PriorityClassView:
+        return self.classes.get(job.priority_class or "default") or self.default_class
+
+    def _submit(self, job: Job) -> None:
+        self.attempts[job.index] += 1
+        lease_id = f"job-{job.index}" if self.attempts[job.index] == 1 else \
+            f"job-{job.index}.{self.attempts[job.index]}"
+        pool, same_host = self.placement[job.index]
+        cls = self._class(job)
+        self.pending[lease_id] = RequestView(
+            lease_id, job.team, pool, job.gpus, cls.value, job.submit_s, job.model,
+            same_host=same_host, expected_duration_s=job.duration_s)
+        self.job_of[lease_id] = job
+        self.waiting[(job.team, pool)] += job.gpus
+        self.waiting_jobs[job.team] += 1
+
+    def _unqueue(self, lease_id: str) -> RequestView:
+        req = self.pending.pop(lease_id)
+        self.waiting[(req.team, req.pool)] -= req.gpus
+        self.waiting_jobs[req.team] -= 1
+        return req
+
+    def _event(self, kind: int, lease_id: str, t: float) -> bool:
+        run = self.running.get(lease_id)
+        if kind == _MATURE:
+            return run is not None  # a victim may have become eligible
+        if run is None:
+            return False  # finished during its grace, or its grace ended before its finish
+        del self.running[lease_id]
+        self.held_gpus.difference_update(run.gpu_ids)
+        self.held[(run.team, run.pool)] -= len(run.gpu_ids)
+        job = self.job_of.pop(lease_id)
+        if kind == _FINISH:
+            self.waits.append(self.started[lease_id] - job.submit_s)
+            self.jcts.append(t - job.submit_s)
+        else:  # preempted: restart from scratch, keeping its place in line
+            self._submit(job)
+        del self.started[lease_id]
+        return True
+
+    def _pass(self, t: float) -> None:
+        self.passes += 1
+        teams = {name: TeamView(name, w, self.usage.get(name, 0.0))
+                 for name, w in self.weights.items()}
+        decisions = self.policy(Snapshot(t, self.fleet, teams, self.quotas,
+                                         tuple(self.running.values()),
+                                         tuple(self.pending.values()), self.classes,
+                                         self.half_life_s))
+        for grant in decisions.grants:
+            req = self._unqueue(grant.lease_id)
+            if len(set(grant.gpu_ids)) != req.gpus or self.held_gpus.intersection(grant.gpu_ids) \
+                    or any(self.gpu_pool.get(g) != req.pool for g in grant.gpu_ids):
+                raise RuntimeError(f"policy granted invalid GPUs {grant.gpu_ids} to {req}")
+            job = self.job_of[req.lease_id]
+            cls = self._class(job)
+            self.running[req.lease_id] = RunningView(
+                req.lease_id, req.team, req.pool, tuple(grant.gpu_ids), req.priority,
+                cls.preemptible, t, grant.borrowed, cls.min_runtime_s, t + job.duration_s)
+            self.held_gpus.update(grant.gpu_ids)
+            key = (req.team, req.pool)
+            self.held[key] += req.gpus
+            limit = self.quotas[key].limit if key in self.quotas else None
+            if limit is not None and self.held[key] > limit:
+                self.violations += 1
+            self.started[req.lease_id] = t
+            self._push(t + job.duration_s, _FINISH, req.lease_id)
+            if cls.preemptible and cls.min_runtime_s > 0:
+                self._push(t + cls.min_runtime_s, _MATURE, req.lease_id)
+        for stop in decisions.preemptions:
+            victim = self.running.get(stop.lease_id)
+            if victim is None or victim.ending:
+                raise RuntimeError(f"policy preempted {stop.lease_id}, which is not running or "
+                                   "already ending")
+            grace = self._class(self.job_of[stop.lease_id]).grace_s
+            end = t + grace if victim.expected_end is None else min(victim.expected_end, t + grace)
+            self.running[stop.lease_id] = replace(victim, ending=True, expected_end=end)
+            self._push(t + grace, _GRACE_END, stop.lease_id)
+            self.preemptions += 1
+        for item in decisions.pending:
+            if item.unsatisfiable:
+                self._unqueue(item.lease_id)
+                self.job_of.pop(item.lease_id, None)
+                self.unplaceable += 1
+
+    # --- books ------------------------------------------------------------------------------------
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.clock
+        if dt <= 0:
+            return
+        per_team: dict[str, int] = defaultdict(int)
+        for (team, _), n in self.held.items():
+            per_team[team] += n
+        for team in self.usage:
+            self.usage[team] = ledger_update(self.usage[team], self.clock, t, per_team[team],
+                                             self.half_life_s)
+        for team, n in per_team.items():
+            self.gpu_s[team] += n * dt
+            self.allocated_s += n * dt
+        if sum(1 for n in self.waiting_jobs.values() if n > 0) >= 2:
+            for pool, capacity in self.capacity.items():
+                fair = self._entitlement(pool, capacity)
+                for team, share in fair.items():
+                    self.entitled[team] += share * dt
+                    self.achieved[team] += self.held.get((team, pool), 0) * dt
+                self.contended_capacity_s += capacity * dt
+        self.clock = t
+
+    def _entitlement(self, pool: str, capacity: int) -> dict[str, float]:
+        demand = tuple(sorted((team, self.held.get((team, pool), 0) + self.waiting.get((team, pool), 0))
+                              for team in self.weights))
+        hit = self._entitled_cache.get((pool, demand))
+        if hit is None:
+            guaranteed, limit = {}, {}
+            for team, _ in demand:
+                quota = self.quotas.get((team, pool))
+                guaranteed[team] = quota.guaranteed if quota else 0
+                limit[team] = quota.limit if quota else None
+            hit = entitled_allocation(capacity, dict(demand), guaranteed, limit, self.weights)
+            if len(self._entitled_cache) > 100_000:
+                self._entitled_cache.clear()
+            self._entitled_cache[(pool, demand)] = hit
+        return hit
+
+    def _result(self, end: float) -> dict[str, Any]:
+        start = self.jobs[0].submit_s if self.jobs else 0.0
+        makespan = max(0.0, end - start)
+        capacity = sum(self.capacity.values())
+        waits, jcts = sorted(self.waits), sorted(self.jcts)
+        cap_s = self.contended_capacity_s
+        ratios = [self.achieved[t] / self.entitled[t] for t in self.weights
+                  if self.entitled[t] > 1e-9]
+        return {
+            "jobs": len(self.jobs),
+            "makespan_s": round(makespan, 3),
+            "utilization": round(self.allocated_s / (capacity * makespan), 4)
+            if capacity and makespan else 0.0,
+            "wait_s": {"mean": round(sum(waits) / len(waits), 3) if waits else 0.0,
+                       "p50": round(percentile(waits, 0.5), 3),
+                       "p95": round(percentile(waits, 0.95), 3),
+                       "max": round(waits[-1], 3) if waits else 0.0},
+            "jct_s": {"mean": round(sum(jcts) / len(jcts), 3) if jcts else 0.0,
+                      "p95": round(percentile(jcts, 0.95), 3)},
+            "teams": {t: {"gpu_hours": round(self.gpu_s[t] / 3600.0, 3),
+                          "entitled_share": round(self.entitled[t] / cap_s, 4) if cap_s else 0.0,
+                          "achieved_share": round(self.achieved[t] / cap_s, 4) if cap_s else 0.0}
+                      for t in sorted(self.weights)},
+            "jain_index": round(jain(ratios), 4),
+            "preemptions": self.preemptions,
+            "quota_violations": self.violations,
+            "unplaceable": self.unplaceable,
+            "wall_s": 0.0,
+        }

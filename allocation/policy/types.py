@@ -1,0 +1,145 @@
+"""Plain data in and out of the allocation policy. No Django, no I/O.
+
+The engine (live) and the simulator (replay) both build a `Snapshot`, call a policy function
+`(Snapshot) -> Decisions`, and apply the decisions. Times are seconds since the epoch (floats) so
+that the simulator can run on its own clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """A GPU of a pool. Only `schedulable` GPUs may be granted (free state, healthy, host ready
+    and uncordoned, not foreign, not gone); GPUs held by running leases are listed too (with
+    `schedulable=True` if they would be grantable once freed) so preemption can reason about them.
+    `shared_team`: a time-sliced replica may only go to this team (None: anyone)."""
+
+    id: int
+    pool: str
+    host: str
+    model: str
+    memory_mb: int = 0
+    driver_version: str = ""
+    cuda_version: str = ""
+    schedulable: bool = True
+    mig_profile: str = ""
+    shared_team: str | None = None
+    # Time-sliced replica of a physical GPU (several GpuViews share the same physical id).
+    time_sliced: bool = False
+
+
+@dataclass(frozen=True)
+class TeamView:
+    name: str
+    weight: float = 1.0
+    # Exponentially decayed GPU-seconds used so far (fair-share ledger), at snapshot time.
+    decayed_usage: float = 0.0
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    team: str
+    pool: str
+    guaranteed: int = 0
+    limit: int | None = None  # None: may borrow all idle capacity
+
+
+@dataclass(frozen=True)
+class PriorityClassView:
+    name: str
+    value: int = 0
+    preemptible: bool = False
+    min_runtime_s: int = 0
+    grace_s: int = 30
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """A pending lease."""
+
+    lease_id: str
+    team: str
+    pool: str
+    gpus: int
+    priority: int = 0
+    created_at: float = 0.0
+    model: str = ""  # "" any; "A100|H100": case-insensitive substrings, one model per lease
+    min_memory_mb: int = 0
+    same_host: bool = True
+    min_driver_version: str = ""
+    min_cuda_version: str = ""
+    # Expected run time, for backfill estimates (the lease TTL, or the trace duration).
+    expected_duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunningView:
+    """A lease holding GPUs (granted or bound)."""
+
+    lease_id: str
+    team: str
+    pool: str
+    gpu_ids: tuple[int, ...]
+    priority: int = 0
+    preemptible: bool = False
+    granted_at: float = 0.0
+    borrowed: bool = False
+    min_runtime_s: int = 0
+    # When it is expected to end (TTL expiry or known duration); None if unknown.
+    expected_end: float | None = None
+    # Already told to stop (preemption notice sent, grace running): never a victim again.
+    ending: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    gpus: tuple[GpuView, ...]
+    teams: Mapping[str, TeamView]
+    quotas: Mapping[tuple[str, str], QuotaView]  # (team, pool) -> quota
+    running: tuple[RunningView, ...]
+    pending: tuple[RequestView, ...]
+    priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
+    # Fair-share half-life (scheduler.fair_share_half_life_hours in seconds). The policy divides
+    # `TeamView.decayed_usage` by the mean life (half_life / ln 2) to express past use in GPUs.
+    half_life_s: float = 168 * 3600.0
+
+
+@dataclass(frozen=True)
+class Grant:
+    lease_id: str
+    gpu_ids: tuple[int, ...]
+    host: str
+    borrowed: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    lease_id: str  # the victim
+    by_lease_id: str  # the request it makes room for
+    reason: str
+    # "reclaim" (borrowed capacity taken back for a team below its guarantee) or "priority"
+    # (a higher-priority request displacing a preemptible lease).
+    kind: str = "priority"
+
+
+@dataclass(frozen=True)
+class Pending:
+    lease_id: str
+    reason: str
+    queue_position: int
+    estimated_start: float | None = None
+    # True when no capacity of the pool could ever satisfy the request (even with every GPU
+    # free), or it asks for more than its team's limit: the engine may fail it instead of waiting.
+    unsatisfiable: bool = False
+
+
+@dataclass
+class Decisions:
+    grants: list[Grant] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)

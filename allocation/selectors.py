@@ -1,0 +1,58 @@
+"""Shared reads of allocation: what a user may see, quota usage, fair-share standing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.utils import timezone
+
+from allocation.choices import LeaseState
+from allocation.ledger import team_usage_views
+from allocation.models import Lease, LeaseGpu, Quota, Team
+from pool.api.permissions import is_pool_admin
+
+
+def lease_list(*, user: Any) -> QuerySet[Lease]:
+    """Leases visible to `user`: their teams' leases, or all for a pool admin."""
+    qs = Lease.objects.select_related("team", "user", "pool", "priority_class", "host").prefetch_related(
+        Prefetch("gpu_links", queryset=LeaseGpu.objects.select_related("gpu")))
+    if not is_pool_admin(user):
+        qs = qs.filter(team__members=user)
+    return qs.order_by("-created_at")
+
+
+def team_list(*, user: Any) -> QuerySet[Team]:
+    qs = Team.objects.prefetch_related("members")
+    return qs if is_pool_admin(user) else qs.filter(members=user)
+
+
+def quota_list(*, user: Any) -> list[Quota]:
+    """Quotas visible to `user`, each with `used`, `borrowed` and `pending` GPU counts set
+    (three queries in all)."""
+    qs = Quota.objects.select_related("team", "pool").order_by("team__name", "pool__name")
+    if not is_pool_admin(user):
+        qs = qs.filter(team__members=user)
+    quotas = list(qs)
+    used: dict[tuple[int, int], list[int]] = {}
+    for row in (LeaseGpu.objects.filter(active=True)
+                .values("lease__team_id", "lease__pool_id", "lease__borrowed").annotate(n=Count("pk"))):
+        slot = used.setdefault((row["lease__team_id"], row["lease__pool_id"]), [0, 0])
+        slot[0] += row["n"]
+        if row["lease__borrowed"]:
+            slot[1] += row["n"]
+    pending = {(r["team_id"], r["pool_id"]): r["n"] for r in Lease.objects.filter(
+        state=LeaseState.PENDING).values("team_id", "pool_id").annotate(n=Sum("gpu_count"))}
+    for quota in quotas:
+        quota.used, quota.borrowed = used.get((quota.team_id, quota.pool_id), [0, 0])
+        quota.pending = pending.get((quota.team_id, quota.pool_id), 0)
+    return quotas
+
+
+def fair_share_standing() -> dict[str, dict[str, float]]:
+    """Per team: decayed usage (GPU-hours), weight, usage ÷ weight and rank (1 = most deserving)."""
+    views = team_usage_views(timezone.now())
+    rows = sorted(views.values(), key=lambda t: t.decayed_usage / t.weight)
+    return {t.name: {"decayed_gpu_hours": t.decayed_usage / 3600, "weight": t.weight,
+                     "fair_share": t.decayed_usage / 3600 / t.weight, "rank": i + 1}
+            for i, t in enumerate(rows)}

@@ -1,0 +1,147 @@
+"""What exists: pools, sources, hosts and their GPUs (MIG slices are GPUs with a parent)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from inventory.choices import AdminState, GpuState, Health, HostState, SourceKind
+
+
+class Pool(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Source(models.Model):
+    """A place GPUs are discovered from: an SSH host list, a Kubernetes cluster, the demo fleet."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, choices=SourceKind.choices)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="sources",
+                             help_text="Pool that newly discovered GPUs join.")
+    config = models.JSONField(default=dict, blank=True)
+    # Fernet token of a private key given inline; never stored in clear.
+    secret = models.TextField(blank=True, default="")
+    interval_s = models.PositiveIntegerField(default=60)
+    last_discovery_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Host(models.Model):
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="hosts")
+    name = models.CharField(max_length=255)
+    address = models.CharField(max_length=255, blank=True, default="")
+    # What the source reports (ready/cordoned/offline) and what an admin asked (cordon/drain);
+    # `state` is derived from both by Host.derive_state and stored for filtering.
+    reported_state = models.CharField(max_length=16, choices=HostState.choices,
+                                      default=HostState.READY)
+    admin_state = models.CharField(max_length=16, choices=AdminState.choices, blank=True,
+                                   default=AdminState.NONE)
+    state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.READY,
+                             db_index=True)
+    driver_version = models.CharField(max_length=64, blank=True, default="")
+    cuda_version = models.CharField(max_length=64, blank=True, default="")
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    foreign_gpus = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    last_seen = models.DateTimeField(null=True, blank=True)
+    offline_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["source__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "name"], name="host_unique_per_source"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def derive_state(reported: str, admin: str) -> str:
+        """Offline wins; then an admin's drain or cordon; then what the source says."""
+        if reported == HostState.OFFLINE:
+            return HostState.OFFLINE
+        if admin == AdminState.DRAINING:
+            return HostState.DRAINING
+        if admin == AdminState.CORDONED or reported == HostState.CORDONED:
+            return HostState.CORDONED
+        return HostState.READY
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind
+
+
+class Gpu(models.Model):
+    """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_derive_state) from
+    the host's state and the GPU's own flags, and stored so lists can filter on it."""
+
+    uuid = models.CharField(max_length=128, unique=True)
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="gpus")
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True,
+                               related_name="slices")
+    index = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=128)
+    memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    mig_profile = models.CharField(max_length=32, blank=True, default="")
+    shared_replicas = models.PositiveIntegerField(default=1)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
+    health_reason = models.CharField(max_length=255, blank=True, default="")
+    foreign = models.BooleanField(default=False)
+    leased = models.BooleanField(default=False)
+    gone = models.BooleanField(default=False, help_text="No longer reported by its source.")
+    state = models.CharField(max_length=16, choices=GpuState.choices, default=GpuState.FREE,
+                             db_index=True)
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    telemetry_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host__name", "index", "uuid"]
+        indexes = [models.Index(fields=["pool", "state"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(shared_replicas__gte=1), name="gpu_replicas_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return self.uuid
+
+    @property
+    def parent_uuid(self) -> str:
+        return self.parent.uuid if self.parent_id else ""
+
+
+class GpuSample(models.Model):
+    """Bounded telemetry history for the dashboard (the latest value also lives on Gpu)."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField(db_index=True)
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mb = models.PositiveIntegerField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        indexes = [models.Index(fields=["gpu", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id}@{self.at:%H:%M:%S}"

@@ -1,0 +1,42 @@
+"""Shared reads of the inventory (API, dashboard and CLI see the same numbers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from inventory.choices import GpuState
+from inventory.models import Gpu, Host, Pool
+
+# A MIG parent is capacity only through its slices; counting both would double it.
+USABLE = Q(gpus__gone=False, gpus__slices__isnull=True)
+
+
+def pool_list() -> QuerySet[Pool]:
+    return Pool.objects.annotate(
+        capacity=Count("gpus", filter=USABLE, distinct=True),
+        allocated=Count("gpus", filter=USABLE & Q(gpus__state=GpuState.LEASED), distinct=True),
+        free=Count("gpus", filter=USABLE & Q(gpus__state=GpuState.FREE), distinct=True),
+    ).order_by("name")
+
+
+def pool_per_model(pool_ids: Iterable[int]) -> dict[int, dict[str, dict[str, int]]]:
+    rows = (Gpu.objects.filter(pool_id__in=list(pool_ids), gone=False, slices__isnull=True)
+            .values("pool_id", "model")
+            .annotate(total=Count("pk"), free=Count("pk", filter=Q(state=GpuState.FREE))))
+    out: dict[int, dict[str, dict[str, int]]] = {}
+    for row in rows:
+        out.setdefault(row["pool_id"], {})[row["model"]] = {"total": row["total"], "free": row["free"]}
+    return out
+
+
+def host_list() -> QuerySet[Host]:
+    return Host.objects.select_related("source").annotate(
+        gpu_count=Count("gpus", filter=Q(gpus__gone=False))).order_by("source__name", "name")
+
+
+def gpu_list(*, filters: dict[str, Any] | None = None) -> QuerySet[Gpu]:
+    return Gpu.objects.select_related("host", "pool", "parent").filter(**(filters or {})).order_by(
+        "host__name", "parent_id", "index", "uuid")

@@ -1,0 +1,77 @@
+"""Writes to the inventory: GPU state derivation, host cordon/drain, moving GPUs between pools."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from inventory.choices import AdminState, GpuState, Health, HostState
+from inventory.models import Gpu, Host, Pool
+from inventory.signals import inventory_changed
+
+
+def gpu_derive_state(*, host_state: str, gone: bool, leased: bool, health: str, foreign: bool) -> str:
+    """The one rule for a GPU's state. A vanished GPU or an offline host is offline; a held GPU
+    shows leased even on a cordoned host (it is still in use); then health, foreign use, cordon."""
+    if gone or host_state == HostState.OFFLINE:
+        return GpuState.OFFLINE
+    if leased:
+        return GpuState.LEASED
+    if health == Health.UNHEALTHY:
+        return GpuState.UNHEALTHY
+    if foreign:
+        return GpuState.FOREIGN
+    if host_state in (HostState.CORDONED, HostState.DRAINING):
+        return GpuState.CORDONED
+    return GpuState.FREE
+
+
+def gpu_refresh_states(gpus: QuerySet[Gpu]) -> int:
+    """Recompute and store `state` for the given GPUs; writes only rows that change."""
+    rows = gpus.values_list("pk", "state", "host__state", "gone", "leased", "health", "foreign")
+    changed = []
+    for pk, state, host_state, gone, leased, health, foreign in rows:
+        new = gpu_derive_state(host_state=host_state, gone=gone, leased=leased, health=health,
+                               foreign=foreign)
+        if new != state:
+            changed.append(Gpu(pk=pk, state=new))
+    Gpu.objects.bulk_update(changed, ["state"], batch_size=1000)
+    return len(changed)
+
+
+def _host_set_admin_state(*, host: Host, admin_state: str) -> Host:
+    with transaction.atomic():
+        host = Host.objects.select_for_update().get(pk=host.pk)
+        host.admin_state = admin_state
+        host.state = Host.derive_state(host.reported_state, admin_state)
+        host.save(update_fields=["admin_state", "state"])
+        gpu_refresh_states(Gpu.objects.filter(host=host))
+    inventory_changed.send(sender=Host, pool_ids=set(host.gpus.values_list("pool_id", flat=True)))
+    return host
+
+
+def host_cordon(*, host: Host) -> Host:
+    """No new leases on this host; running ones continue."""
+    return _host_set_admin_state(host=host, admin_state=AdminState.CORDONED)
+
+
+def host_drain(*, host: Host) -> Host:
+    """Cordon, and mark the host draining: allocation ends its leases (see allocation.services)."""
+    return _host_set_admin_state(host=host, admin_state=AdminState.DRAINING)
+
+
+def host_uncordon(*, host: Host) -> Host:
+    return _host_set_admin_state(host=host, admin_state=AdminState.NONE)
+
+
+def gpus_move(*, gpus: Iterable[Gpu], pool: Pool) -> int:
+    """Move GPUs (with their MIG slices) to another pool. Leases keep running on them; the
+    caller (allocation.services.capacity_move) decides about leases left over-limit."""
+    ids = {g.pk for g in gpus}
+    with transaction.atomic():
+        moved = Gpu.objects.filter(pk__in=ids).exclude(pool=pool).update(pool=pool)
+        moved += Gpu.objects.filter(parent_id__in=ids).exclude(pool=pool).update(pool=pool)
+    inventory_changed.send(sender=Gpu, pool_ids={pool.pk})
+    return moved

@@ -1,0 +1,42 @@
+"""The Celery app and the one beat registry.
+
+Every periodic entry has an `expires` so a backlog after downtime does not replay stale passes.
+tests/test_beat_schedule.py checks that every entry names a registered task.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
+
+app = Celery("gpupool")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["inventory", "allocation"])
+
+
+def _beat_schedule() -> dict[str, dict[str, object]]:
+    from django.conf import settings
+
+    gp = settings.GPUPOOL
+    pass_s = float(gp["PASS_INTERVAL_S"])
+    return {
+        # The periodic scheduling pass; lease events trigger extra passes at once.
+        "schedule-pass": {"task": "allocation.schedule_pass", "schedule": pass_s,
+                          "options": {"expires": pass_s}},
+        # Ends granted leases whose TTL ran out, and lost leases on long-offline hosts.
+        "reap-leases": {"task": "allocation.reap_leases", "schedule": 5.0,
+                        "options": {"expires": 5.0}},
+        # Checks bound workloads (process exit, pod phase) and finishes leases being ended.
+        "observe-bindings": {"task": "allocation.observe_bindings",
+                             "schedule": float(gp["OBSERVE_INTERVAL_S"]),
+                             "options": {"expires": float(gp["OBSERVE_INTERVAL_S"])}},
+        # Fans out one discovery task per source whose own interval has elapsed.
+        "discover-due-sources": {"task": "inventory.discover_due_sources", "schedule": 5.0,
+                                 "options": {"expires": 5.0}},
+    }
+
+
+app.conf.beat_schedule = _beat_schedule()

@@ -1,0 +1,38 @@
+"""Liveness/readiness, Prometheus metrics, and JSON error pages for the API paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 when the database answers; 503 otherwise (with the reason)."""
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+    except Exception as exc:
+        return JsonResponse({"status": "unavailable", "database": str(exc)[:200]}, status=503)
+    return JsonResponse({"status": "ok", "database": connection.vendor})
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from pool.metrics import registry
+
+    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"code": "not_found", "message": f"no such endpoint: {request.path}"}, status=404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"code": "server_error", "message": "internal error; it has been logged"}, status=500)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Embedded run: migrate, load the demo fleet, start web + Celery worker + beat; Ctrl-C stops all.
+# With DATABASE_URL / REDIS_URL set, the same script runs against PostgreSQL and Redis.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT="${PORT:-8000}"
+PY=.venv/bin/python
+export DJANGO_SETTINGS_MODULE=pool.settings
+mkdir -p var/log
+
+$PY manage.py migrate --no-input -v 0
+$PY manage.py apply -f examples/demo.yaml
+$PY manage.py discover >/dev/null
+LOGIN=$($PY manage.py demo_users | tail -1)
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo; echo "stopping gpupool..."
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+.venv/bin/celery -A pool worker --loglevel INFO --concurrency 2 -Q gpupool -n "gpupool@%h" \
+  >var/log/worker.log 2>&1 &
+pids+=($!)
+.venv/bin/celery -A pool beat --loglevel INFO --schedule var/celerybeat-schedule \
+  >var/log/beat.log 2>&1 &
+pids+=($!)
+.venv/bin/gunicorn pool.wsgi:application --bind "0.0.0.0:${PORT}" --workers 2 --threads 4 \
+  --access-logfile var/log/access.log --error-logfile var/log/web.log &
+pids+=($!)
+
+for _ in $(seq 1 120); do
+  if $PY - "$PORT" <<'PYEOF' 2>/dev/null; then break; fi
+import sys, urllib.request
+urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=1)
+PYEOF
+  sleep 0.5
+done
+
+cat <<TXT
+
+  gpupool is running (embedded: SQLite + filesystem broker under var/).
+  Dashboard:  http://localhost:${PORT}/
+  Login:      ${LOGIN}
+  API:        http://localhost:${PORT}/api/v1/   docs: http://localhost:${PORT}/api/docs/
+  API token:  .venv/bin/python manage.py apitoken alice
+  Logs:       var/log/{web,worker,beat}.log      Ctrl-C stops everything.
+
+TXT
+wait -n "${pids[@]}" || true

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The whole suite: lint, migrations check, then pytest on the real parts this machine has.
+# Tiers: PostgreSQL (else SQLite), Redis (else the filesystem broker), OpenSSH server, Chromium.
+# Each tier that cannot run is named, with the reason, instead of failing obscurely.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+export DJANGO_SETTINGS_MODULE=pool.settings
+export GPUPOOL_VAR_DIR="$PWD/var/test"
+export GPUPOOL_AUTOSCHEDULE=0
+rm -rf var/test && mkdir -p var/test test-artifacts
+skipped=()
+
+# --- system packages for real-part tests (only where we may install them) ----------------------
+want=()
+[ -x /usr/sbin/sshd ] || want+=(openssh-server)
+command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || want+=(chromium)
+if [ ${#want[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing ${want[*]} for the real-part tests..."
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}") \
+      >var/test/apt.log 2>&1 || echo "  apt-get failed (see var/test/apt.log); those tiers will skip"
+  else
+    echo "  not root or no apt-get: cannot install ${want[*]}"
+  fi
+fi
+[ -x /usr/sbin/sshd ] || skipped+=("sshd: /usr/sbin/sshd not installed")
+[ -x /usr/bin/chromium ] || skipped+=("browser: /usr/bin/chromium not installed")
+
+# --- PostgreSQL --------------------------------------------------------------------------------
+if [ -z "${DATABASE_URL:-}" ]; then
+  if $PY - <<'PYEOF' >/dev/null 2>&1; then
+import psycopg2
+psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=3).close()
+PYEOF
+    export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
+  else
+    skipped+=("postgres: no PostgreSQL answering on 127.0.0.1:5432 as user postgres (ran on SQLite)")
+  fi
+fi
+# --- Redis -------------------------------------------------------------------------------------
+# Database 9 keeps test traffic away from a developer's own data in database 0.
+if [ -z "${REDIS_URL:-}" ]; then
+  if $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
+    export REDIS_URL="redis://127.0.0.1:6379/9"
+  else
+    skipped+=("redis: no Redis answering on 127.0.0.1:6379 (the worker test used the filesystem broker)")
+  fi
+fi
+
+echo "== tiers: database=${DATABASE_URL:+postgresql}${DATABASE_URL:-sqlite} redis=${REDIS_URL:-none}"
+status=0
+echo "== ruff"; .venv/bin/ruff check . || status=1
+echo "== migrations"; $PY manage.py makemigrations --check --dry-run >/dev/null \
+  && echo "migrations are up to date" || { echo "missing migrations"; status=1; }
+echo "== pytest"
+.venv/bin/pytest "$@"; rc=$?
+[ $rc -eq 0 ] || status=1
+
+echo
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "== tiers SKIPPED on this machine:"; for s in "${skipped[@]}"; do echo "   - $s"; done
+else
+  echo "== all tiers ran: PostgreSQL, Redis, OpenSSH server, Chromium"
+fi
+[ -n "${DATABASE_URL:-}" ] && echo "== PostgreSQL tier RAN against ${DATABASE_URL}"
+exit $status

@@ -1,0 +1,70 @@
+"""The database itself guards the invariants, bypassing all service code."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
+from inventory.models import Gpu, Pool
+
+
+def _db_uuid(value) -> str:  # type: ignore[no-untyped-def]
+    # Django stores UUIDs as 32 hex characters on SQLite and as native uuid on PostgreSQL.
+    return value.hex if connection.vendor == "sqlite" else str(value)
+
+
+def _lease(user, team, pool, pc) -> Lease:  # type: ignore[no-untyped-def]
+    return Lease.objects.create(team=team, user=user, pool=pool, priority_class=pc, gpu_count=1,
+                                ttl_seconds=60, state="granted")
+
+
+@pytest.fixture
+def fleet(demo_fleet, make_user):  # type: ignore[no-untyped-def]
+    user = make_user("alice", teams=("vision",))
+    return user, Team.objects.get(name="vision"), Pool.objects.get(name="training"), \
+        PriorityClass.objects.get(name="default"), Gpu.objects.filter(pool__name="training").first()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_cannot_be_in_two_active_leases_even_with_raw_inserts(fleet) -> None:  # type: ignore[no-untyped-def]
+    user, team, pool, pc, gpu = fleet
+    first, second = _lease(user, team, pool, pc), _lease(user, team, pool, pc)
+    LeaseGpu.objects.create(lease=first, gpu=gpu, active=True)
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
+        cur.execute("INSERT INTO allocation_leasegpu (lease_id, gpu_id, active) VALUES (%s, %s, %s)",
+                    [_db_uuid(second.pk), gpu.pk, True])
+    # Once the first link is inactive (lease ended), the GPU may be leased again.
+    LeaseGpu.objects.filter(lease=first).update(active=False)
+    LeaseGpu.objects.create(lease=second, gpu=gpu, active=True)
+    assert LeaseGpu.objects.filter(gpu=gpu, active=True).get().lease_id == second.pk
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_postgres_refuses_the_second_active_lease_for_a_gpu(fleet) -> None:  # type: ignore[no-untyped-def]
+    assert connection.vendor == "postgresql"
+    user, team, pool, pc, gpu = fleet
+    a, b = _lease(user, team, pool, pc), _lease(user, team, pool, pc)
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO allocation_leasegpu (lease_id, gpu_id, active) VALUES (%s, %s, true)",
+                    [str(a.pk), gpu.pk])
+        with pytest.raises(IntegrityError) as err, transaction.atomic():
+            cur.execute("INSERT INTO allocation_leasegpu (lease_id, gpu_id, active) VALUES (%s, %s, true)",
+                        [str(b.pk), gpu.pk])
+    assert "gpu_in_at_most_one_active_lease" in str(err.value)
+
+
+@pytest.mark.django_db
+def test_a_quota_limit_below_its_guarantee_is_refused_by_the_database(fleet) -> None:  # type: ignore[no-untyped-def]
+    _, team, pool, _, _ = fleet
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Quota.objects.filter(team=team, pool=pool).update(guaranteed=10, limit=5)
+
+
+@pytest.mark.django_db
+def test_a_lease_for_zero_gpus_is_refused_by_the_database(fleet) -> None:  # type: ignore[no-untyped-def]
+    user, team, pool, pc, _ = fleet
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Lease.objects.create(team=team, user=user, pool=pool, priority_class=pc, gpu_count=0,
+                             ttl_seconds=60)

@@ -1,0 +1,109 @@
+"""Shared fixtures: users and tokens, the demo fleet, tiers (PostgreSQL, Redis, sshd)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def pytest_report_header(config: Any) -> list[str]:
+    db = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    return [f"gpupool tiers: database={db} redis={os.environ.get('REDIS_URL') or 'none'} "
+            f"sshd={'yes' if shutil.which('sshd') or os.path.exists('/usr/sbin/sshd') else 'no'}"]
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    vendor = settings.DATABASES["default"]["ENGINE"]
+    for item in items:
+        if "postgres" in item.keywords and "postgresql" not in vendor:
+            item.add_marker(pytest.mark.skip(reason="PostgreSQL tier: DATABASE_URL is not PostgreSQL"))
+        if "redis" in item.keywords and not os.environ.get("REDIS_URL"):
+            item.add_marker(pytest.mark.skip(reason="Redis tier: no Redis reachable"))
+
+
+@pytest.fixture(autouse=True)
+def _no_event_passes(settings: Any) -> None:
+    """Tests run passes explicitly (`run_pass`), like `GPUPOOL_AUTOSCHEDULE=0` in production."""
+    settings.GPUPOOL = {**settings.GPUPOOL, "AUTOSCHEDULE": False}
+
+
+@pytest.fixture
+def make_user(db: Any) -> Any:
+    from django.contrib.auth import get_user_model
+
+    def make(username: str, *, teams: tuple[str, ...] = (), admin: bool = False) -> Any:
+        from allocation.models import Team
+
+        user, _ = get_user_model().objects.get_or_create(username=username)
+        user.is_staff = admin
+        user.save()
+        for name in teams:
+            team, _ = Team.objects.get_or_create(name=name)
+            team.members.add(user)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def api(make_user: Any) -> Any:
+    """`api(user)` → an APIClient authenticated with that user's token."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    def client_for(user: Any = None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return client_for
+
+
+@pytest.fixture
+def demo_fleet(db: Any) -> Iterator[dict[str, Any]]:
+    """examples/demo.yaml applied and discovered: 2 pools, 3 teams, 40 simulated GPUs."""
+    from allocation.apply import config_apply
+    from allocation.config import load_config_file
+    from inventory.discovery import source_discover
+    from inventory.models import Source
+
+    config_apply(load_config_file(REPO / "examples" / "demo.yaml"))
+    for source in Source.objects.all():
+        source_discover(source=source)
+    yield {"pools": ["training", "inference"]}
+
+
+@pytest.fixture
+def apply_yaml(db: Any) -> Any:
+    """Apply a YAML string as configuration (and discover simulated sources)."""
+    from allocation.apply import config_apply
+    from allocation.config import parse_config
+    from inventory.discovery import source_discover
+    from inventory.models import Source
+
+    def apply(text: str, *, discover: bool = True) -> list[str]:
+        changes = config_apply(parse_config(text, "test.yaml"))
+        if discover:
+            for source in Source.objects.all():
+                source_discover(source=source)
+        return changes
+
+    return apply
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

@@ -1,0 +1,64 @@
+"""Start real gpupool processes (Celery worker, beat) against the test database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    """The URL of the database the tests are using right now (the test_ database)."""
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        host = db.get("HOST") or "127.0.0.1"
+        port = db.get("PORT") or 5432
+        user = db.get("USER") or "postgres"
+        return f"postgres://{user}@{host}:{port}/{db['NAME']}"
+    return f"sqlite:///{db['NAME']}"
+
+
+def process_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(DATABASE_URL=test_database_url(), GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
+               DJANGO_SETTINGS_MODULE="pool.settings", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def celery_worker(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `celery worker` process; waits until it is ready, stops it afterwards."""
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "pool", "worker", "-P", "solo", "-Q", "gpupool",
+         "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "-n", f"test-{os.getpid()}@%h"],
+        cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if b"ready." in log_path.read_bytes():
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited early:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"celery worker not ready in 60 s:\n{log_path.read_text()[-3000:]}")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
