@@ -1,0 +1,401 @@
+"""Kubernetes Node and Pod objects → discovered facts. Pure functions over API JSON, no I/O.
+
+Input is what the API server returns (`kubectl get node -o json`: camelCase keys, quantities as
+strings), so the fixtures captured from real clusters parse exactly as live responses do.
+
+Facts Kubernetes can and cannot give us:
+
+* The device plugin advertises GPUs as a *count* of an extended resource (`nvidia.com/gpu`, old
+  clusters `alpha.kubernetes.io/nvidia-gpu`; MIG mixed strategy `nvidia.com/mig-<profile>`;
+  time-slicing with `renameByDefault` `nvidia.com/gpu.shared`). Node objects carry **no device
+  UUIDs**, so every GPU gets a deterministic synthetic UUID built from the node and the resource:
+  `k8s-<node>-gpu-<i>`, `k8s-<node>-mig-<profile>-<i>`, `k8s-<node>-gpu.shared-<i>`. They are
+  stable across discovery passes as long as the node advertises the same counts, and
+  `resource_for_uuid` maps them back to the resource a pod must ask for.
+* Which physical GPU a MIG slice lives on is not visible either. Slices are reported with
+  `mig_profile` set and `parent_uuid` **empty**: a synthetic parent would be a GPU row that can
+  never be leased, and the counts would not add up.
+* Model and memory come from labels: GPU Feature Discovery (`nvidia.com/gpu.product`,
+  `nvidia.com/gpu.memory` in MiB, `nvidia.com/mig-<profile>.memory`), then GKE
+  (`cloud.google.com/gke-accelerator`), EKS (`k8s.amazonaws.com/accelerator`) and the old
+  `alpha.kubernetes.io/nvidia-gpu-name`. GFD writes names with dashes for spaces
+  (`NVIDIA-H100-80GB-HBM3`); we turn them back into spaces so that a model filter like
+  `H100 80GB` matches Kubernetes and SSH hosts alike. The raw label stays in `HostFact.labels`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from agents.base import (
+    HEALTH_OK,
+    HEALTH_UNHEALTHY,
+    HOST_CORDONED,
+    HOST_OFFLINE,
+    HOST_READY,
+    GpuFact,
+    HostFact,
+)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+LEGACY_GPU_RESOURCE = "alpha.kubernetes.io/nvidia-gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+#: Pods gpupool created carry this label; every other pod holding GPUs is foreign use.
+LEASE_LABEL = "gpupool.io/lease"
+
+UUID_PREFIX = "k8s-"
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+_PRODUCT = "nvidia.com/gpu.product"
+_MEMORY = "nvidia.com/gpu.memory"
+_COUNT = "nvidia.com/gpu.count"
+_REPLICAS = "nvidia.com/gpu.replicas"
+_MIG_STRATEGY = "nvidia.com/mig.strategy"
+_GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
+_EKS_ACCELERATOR = "k8s.amazonaws.com/accelerator"
+_LEGACY_NAME = "alpha.kubernetes.io/nvidia-gpu-name"
+# Labels that say "this is a GPU node" even when the device plugin advertises nothing.
+_GPU_NODE_LABELS = (_PRODUCT, _COUNT, "nvidia.com/gpu.present", _GKE_ACCELERATOR, _EKS_ACCELERATOR)
+
+_MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:\+[a-z]+)?$")
+_SINGLE_MIG_PRODUCT_RE = re.compile(r"^(?P<base>.+)-MIG-(?P<profile>\d+g\.\d+gb(?:\+[a-z]+)?)$")
+_PROFILE_MEMORY_RE = re.compile(r"\.(\d+)gb")
+_NAME_MEMORY_RE = re.compile(r"(\d+)gb", re.IGNORECASE)
+_UNKNOWN_MODEL = "NVIDIA GPU"
+
+# Nominal memory (GiB) of cloud accelerators whose label carries no size. Nominal, not what
+# nvidia-smi reports; hosts with GFD labels use the exact `nvidia.com/gpu.memory` instead.
+_CLOUD_ACCELERATOR_GIB = {
+    "k80": 12,
+    "p4": 8,
+    "p100": 16,
+    "v100": 16,
+    "t4": 16,
+    "a100": 40,
+    "l4": 24,
+}
+
+
+# --- public helpers -----------------------------------------------------------------------------
+
+
+def gpu_uuid(node_name: str, resource: str, index: int) -> str:
+    """The synthetic UUID of the `index`-th unit of `resource` on `node_name`."""
+    return f"{UUID_PREFIX}{node_name}-{_resource_tag(resource)}-{index}"
+
+
+def resource_for_uuid(node_name: str, uuid: str) -> str:
+    """The extended resource a pod must ask for to get the GPU `uuid` on `node_name`.
+
+    Inverse of `gpu_uuid`. UUIDs not minted by this module (or for another node) map to plain
+    `nvidia.com/gpu`, the resource every device plugin understands.
+    """
+    prefix = f"{UUID_PREFIX}{node_name}-"
+    if not uuid.startswith(prefix):
+        return GPU_RESOURCE
+    tag, _, index = uuid[len(prefix) :].rpartition("-")
+    if not index.isdigit() or not tag:
+        return GPU_RESOURCE
+    if tag.startswith("mig-") and _MIG_PROFILE_RE.match(tag[4:].removesuffix(".shared")):
+        return f"nvidia.com/{tag}"
+    if tag == "gpu.shared":
+        return SHARED_GPU_RESOURCE
+    return GPU_RESOURCE
+
+
+def is_gpu_resource(resource: str) -> bool:
+    """True for every extended resource that hands out an NVIDIA GPU or a slice of one."""
+    return resource in (
+        GPU_RESOURCE,
+        SHARED_GPU_RESOURCE,
+        LEGACY_GPU_RESOURCE,
+    ) or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+def parse_count(value: Any) -> int:
+    """An extended-resource quantity as a whole number; garbage and negatives read as 0.
+
+    Extended resources are integers by API rule, but a hand-edited object may carry `"2.0"`,
+    `"1k"` or junk, and discovery must not crash on one odd node.
+    """
+    if value is None:
+        return 0
+    text = str(value).strip()
+    multiplier = 1
+    for suffix, factor in (("k", 1000), ("M", 1000**2), ("G", 1000**3)):
+        if text.endswith(suffix):
+            text, multiplier = text[: -len(suffix)], factor
+            break
+    try:
+        return max(0, int(float(text) * multiplier))
+    except ValueError:
+        return 0
+
+
+def pod_gpu_count(pod: Mapping[str, Any]) -> int:
+    """GPUs (any NVIDIA GPU resource, MIG slices included) the scheduler reserves for `pod`.
+
+    Per container the limit counts, else the request (the API forces them equal for extended
+    resources). The pod's reservation is the larger of the app containers' sum (plus sidecar
+    init containers, which keep running) and the largest single ordinary init container.
+    """
+    spec = pod.get("spec") or {}
+    app_total = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    init_max = 0
+    for container in spec.get("initContainers") or []:
+        if container.get("restartPolicy") == "Always":  # sidecar: runs alongside the app
+            app_total += _container_gpus(container)
+        else:
+            init_max = max(init_max, _container_gpus(container))
+    return max(app_total, init_max)
+
+
+def is_active_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod that still holds its resources: not Succeeded and not Failed."""
+    return (pod.get("status") or {}).get("phase") not in TERMINATED_PHASES
+
+
+def foreign_gpu_count(pods_on_node: Iterable[Mapping[str, Any]]) -> int:
+    """GPUs held by active pods that gpupool did not create (no `gpupool.io/lease` label)."""
+    total = 0
+    for pod in pods_on_node:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if LEASE_LABEL in labels or not is_active_pod(pod):
+            continue
+        total += pod_gpu_count(pod)
+    return total
+
+
+# --- the parser ---------------------------------------------------------------------------------
+
+
+def node_to_host(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]) -> HostFact:
+    """Turn one Node object (API JSON) and the pods bound to it into a HostFact.
+
+    * GPUs: one GpuFact per advertised unit of every NVIDIA resource in `status.capacity`
+      (falling back to `allocatable`). Units beyond `allocatable` are marked unhealthy: the
+      device plugin withdraws unhealthy devices from allocatable only.
+    * Time-slicing (`nvidia.com/gpu.replicas` > 1, a `-SHARED` product or the `gpu.shared`
+      resource): each advertised replica is a GpuFact, with `shared_replicas` set to the
+      replica count so the oversubscription shows.
+    * State: Ready condition not True (or missing) → offline; `spec.unschedulable` → cordoned.
+    * A node that looks like a GPU node (GFD or cloud accelerator labels) but advertises no GPU
+      comes back with `error` set, so it shows as offline instead of silently vanishing. A node
+      with neither has no GPUs and no error; discovery skips such hosts.
+    * `foreign_gpus`: GPUs held by active pods without the gpupool lease label, at most the
+      node's GPU count. `pods_on_node` must already be the pods whose `spec.nodeName` is this
+      node; terminated ones are ignored here too.
+    """
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    name = str(metadata.get("name") or "")
+    labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
+
+    gpus = tuple(_gpu_facts(name, labels, status))
+    error = ""
+    if not gpus and any(labels.get(key, "") not in ("", "false", "0") for key in _GPU_NODE_LABELS):
+        error = "node has GPU labels but its device plugin advertises no GPUs"
+
+    return HostFact(
+        name=name,
+        address=_address(status),
+        state=_state(spec, status),
+        driver_version=_driver_version(labels),
+        cuda_version=_cuda_version(labels),
+        gpus=gpus,
+        foreign_gpus=min(foreign_gpu_count(pods_on_node), len(gpus)),
+        labels=labels,
+        taints=tuple(_taint_text(t) for t in spec.get("taints") or []),
+        error=error,
+    )
+
+
+def _gpu_facts(
+    node_name: str, labels: Mapping[str, str], status: Mapping[str, Any]
+) -> Iterator[GpuFact]:
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or {}
+    resources = sorted(
+        {r for r in (*capacity, *allocatable) if is_gpu_resource(r)},
+        key=_resource_order,
+    )
+    # A cluster advertising both names counts its GPUs twice; the modern name wins.
+    if GPU_RESOURCE in resources and LEGACY_GPU_RESOURCE in resources:
+        resources.remove(LEGACY_GPU_RESOURCE)
+
+    model, single_mig_profile = _base_model(labels)
+    memory = _int_label(labels, _MEMORY) or _memory_from_name(labels)
+    index = 0  # host-wide and sequential: the API gives no device index to reuse
+    for resource in resources:
+        total = parse_count(capacity.get(resource, allocatable.get(resource)))
+        usable = parse_count(allocatable.get(resource, total))
+        replicas = _replicas(labels, resource, total)
+        if resource.startswith(MIG_RESOURCE_PREFIX):
+            profile = resource[len(MIG_RESOURCE_PREFIX) :].removesuffix(".shared")
+            unit_model = f"{model} MIG {profile}"
+            unit_memory = _int_label(labels, f"{MIG_RESOURCE_PREFIX}{profile}.memory")
+            unit_memory = unit_memory or _profile_memory(profile)
+        else:
+            profile, unit_model, unit_memory = single_mig_profile, model, memory
+            if profile:
+                unit_model = f"{model} MIG {profile}"
+                unit_memory = _int_label(labels, _MEMORY) or _profile_memory(profile)
+        for i in range(total):
+            healthy = i < usable
+            yield GpuFact(
+                uuid=gpu_uuid(node_name, resource, i),
+                index=index,
+                model=unit_model,
+                memory_mb=unit_memory,
+                mig_profile=profile,
+                health=HEALTH_OK if healthy else HEALTH_UNHEALTHY,
+                health_reason="" if healthy else "device plugin does not report it allocatable",
+                shared_replicas=replicas,
+            )
+            index += 1
+
+
+def _resource_order(resource: str) -> tuple[int, str]:
+    rank = {GPU_RESOURCE: 0, LEGACY_GPU_RESOURCE: 0, SHARED_GPU_RESOURCE: 1}
+    return rank.get(resource, 2), resource
+
+
+def _resource_tag(resource: str) -> str:
+    if resource == LEGACY_GPU_RESOURCE:
+        return "gpu"  # pre-1.10 clusters; bound pods then ask for nvidia.com/gpu
+    return resource.removeprefix("nvidia.com/")
+
+
+def _base_model(labels: Mapping[str, str]) -> tuple[str, str]:
+    """(model, MIG profile of the single strategy or "")."""
+    product = labels.get(_PRODUCT, "").strip()
+    if product:
+        product = product.removesuffix("-SHARED")
+        profile = ""
+        match = _SINGLE_MIG_PRODUCT_RE.match(product)
+        if match:
+            product, profile = match["base"], match["profile"]
+        return product.replace("-", " ").replace("_", " "), profile
+    for key in (_GKE_ACCELERATOR, _EKS_ACCELERATOR):
+        if labels.get(key):
+            return _cloud_model(labels[key]), ""
+    if labels.get(_LEGACY_NAME):
+        return labels[_LEGACY_NAME].replace("-", " ").replace("_", " "), ""
+    return _UNKNOWN_MODEL, ""
+
+
+def _cloud_model(accelerator: str) -> str:
+    # "nvidia-tesla-t4" → "NVIDIA Tesla T4", "nvidia-h100-80gb" → "NVIDIA H100 80GB"
+    words = []
+    for word in accelerator.split("-"):
+        lowered = word.lower()
+        words.append({"nvidia": "NVIDIA", "tesla": "Tesla"}.get(lowered, word.upper()))
+    return " ".join(words)
+
+
+def _memory_from_name(labels: Mapping[str, str]) -> int | None:
+    for key in (_GKE_ACCELERATOR, _EKS_ACCELERATOR, _LEGACY_NAME):
+        name = labels.get(key, "").lower()
+        if not name:
+            continue
+        match = _NAME_MEMORY_RE.search(name)
+        if match:
+            return int(match[1]) * 1024
+        for chip, gib in _CLOUD_ACCELERATOR_GIB.items():
+            if re.search(rf"(^|-){chip}($|-)", name):
+                return gib * 1024
+    return None
+
+
+def _profile_memory(profile: str) -> int | None:
+    match = _PROFILE_MEMORY_RE.search(profile)
+    return int(match[1]) * 1024 if match else None
+
+
+def _replicas(labels: Mapping[str, str], resource: str, total: int) -> int:
+    replicas = _int_label(labels, _REPLICAS) or 1
+    if replicas > 1:
+        return replicas
+    shared = resource.endswith(".shared") or labels.get(_PRODUCT, "").endswith("-SHARED")
+    if not shared:
+        return 1
+    physical = _int_label(labels, _COUNT) or 0
+    # Shared but the replica count is not labelled: infer it from advertised ÷ physical.
+    return max(2, total // physical) if physical else 2
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    value = labels.get(key, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _version_from_parts(labels: Mapping[str, str], prefix: str, parts: Sequence[str]) -> str:
+    # Only a leading run of parts counts: "550..07" would be worse than "550".
+    leading: list[str] = []
+    for part in parts:
+        value = labels.get(f"{prefix}.{part}", "").strip()
+        if not value:
+            break
+        leading.append(value)
+    return ".".join(leading)
+
+
+def _driver_version(labels: Mapping[str, str]) -> str:
+    return (
+        labels.get("nvidia.com/cuda.driver-version.full", "").strip()
+        or _version_from_parts(
+            labels, "nvidia.com/cuda.driver-version", ("major", "minor", "revision")
+        )
+        or _version_from_parts(labels, "nvidia.com/cuda.driver", ("major", "minor", "rev"))
+    )
+
+
+def _cuda_version(labels: Mapping[str, str]) -> str:
+    return (
+        labels.get("nvidia.com/cuda.runtime-version.full", "").strip()
+        or _version_from_parts(labels, "nvidia.com/cuda.runtime-version", ("major", "minor"))
+        or _version_from_parts(labels, "nvidia.com/cuda.runtime", ("major", "minor"))
+    )
+
+
+def _state(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:
+    ready = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"),
+        None,
+    )
+    if ready is None or ready.get("status") != "True":
+        return HOST_OFFLINE
+    if spec.get("unschedulable"):
+        return HOST_CORDONED
+    return HOST_READY
+
+
+def _address(status: Mapping[str, Any]) -> str:
+    addresses = status.get("addresses") or []
+    for wanted in ("InternalIP", "ExternalIP", "Hostname"):
+        for address in addresses:
+            if address.get("type") == wanted and address.get("address"):
+                return str(address["address"])
+    return ""
+
+
+def _taint_text(taint: Mapping[str, Any]) -> str:
+    key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
+    text = f"{key}={value}" if value else str(key)
+    return f"{text}:{effect}" if effect else text
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    return sum(
+        parse_count(limits.get(name, requests.get(name)))
+        for name in {*limits, *requests}
+        if is_gpu_resource(name)
+    )

@@ -1,0 +1,404 @@
+"""The Pod that runs a lease's workload on Kubernetes: build and validate it, read its status.
+
+Pure functions over plain JSON-shaped dicts; no API calls.
+
+The user hands us a Pod manifest; we pin it to the lease's node, give it exactly the leased GPUs,
+let it past the usual GPU taint and mark it as ours. Every refusal is an
+`AgentError(permanent=True)`: a bad manifest does not get better by retrying.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from agents.base import (
+    BIND_FAILED,
+    BIND_RUNNING,
+    BIND_STARTING,
+    BIND_SUCCEEDED,
+    AgentError,
+    BindingStatus,
+)
+from agents.k8s_nodes import LEASE_LABEL, is_gpu_resource, parse_count, resource_for_uuid
+
+OWNER_ANNOTATION = "gpupool.io/owner"
+LEASE_ID_ANNOTATION = "gpupool.io/lease-id"
+REQUESTED_NAME_ANNOTATION = "gpupool.io/requested-name"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+#: The schema version manifests are checked against (kubernetes-validate ships 1.25 to 1.37).
+KUBERNETES_SCHEMA_VERSION = "1.37.0"
+
+_NAME_PREFIX = "gpupool-"
+_MAX_NAME = 63  # pod names end up as hostnames: keep them DNS labels, not just subdomains
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# Set by the API server; a manifest copied from `kubectl get -o yaml` must not carry them over.
+_SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "managedFields",
+    "selfLink",
+    "generateName",
+)
+
+
+def pod_name(lease_id: str) -> str:
+    """The deterministic pod name for a lease: `gpupool-<lease id>`.
+
+    Deterministic so that a retried create collides (409) with the first one instead of
+    starting a second copy. An id that is not already a short lowercase DNS label (UUIDs and
+    integers are) is slugged and gets a hash suffix, so two ids never share a name.
+    """
+    text = str(lease_id)
+    room = _MAX_NAME - len(_NAME_PREFIX)
+    if len(text) <= room and _DNS_LABEL_RE.match(text):
+        return _NAME_PREFIX + text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[: room - len(digest) - 1]
+    return f"{_NAME_PREFIX}{slug.rstrip('-')}-{digest}" if slug else _NAME_PREFIX + digest
+
+
+def lease_label_value(lease_id: str) -> str:
+    """The value of the `gpupool.io/lease` label: the lease id itself when it is a valid
+    label value (UUIDs and integers are), else a stable hash of it."""
+    text = str(lease_id)
+    if len(text) <= 63 and _LABEL_VALUE_RE.match(text):
+        return text
+    return "h-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def leased_resources(host_name: str, gpu_uuids: Sequence[str]) -> list[str]:
+    """One extended-resource name per leased GPU (`nvidia.com/gpu`, `nvidia.com/mig-…`)."""
+    return sorted(resource_for_uuid(host_name, uuid) for uuid in gpu_uuids)
+
+
+def build_pod(
+    *,
+    lease_id: str,
+    host_name: str,
+    gpu_uuids: Sequence[str],
+    manifest: Any,
+    namespace: str,
+    owner: str,
+) -> dict[str, Any]:
+    """Return the Pod to create for a lease (a new dict; `manifest` is not modified).
+
+    * name `pod_name(lease_id)`; the user's own name, if any, kept in an annotation;
+    * `spec.nodeName` = `host_name` (the scheduler is bypassed: the pool already decided);
+    * the leased GPUs as limits (and requests where the container sets requests): a container
+      that asks for GPUs keeps its count; the remainder of the lease goes to the first asking
+      container (or to the first container when none asks), so the pod holds exactly the
+      leased GPUs and no leased GPU is left for another pod to take;
+    * toleration for the `nvidia.com/gpu` NoSchedule taint, label `gpupool.io/lease`,
+      annotations `gpupool.io/owner` and `gpupool.io/lease-id`; `restartPolicy` Never unless set.
+
+    Refuses (AgentError, permanent) anything that is not a v1 Pod, has no containers, pins
+    another node, asks for fractional GPUs or for more GPUs than the lease holds.
+    """
+    if not isinstance(manifest, Mapping):
+        raise AgentError("binding.pod must be a Pod manifest (a mapping)", permanent=True)
+    kind = manifest.get("kind", "Pod")
+    if kind != "Pod":
+        raise AgentError(f"binding.pod must be a Pod manifest, not kind {kind!r}", permanent=True)
+    api_version = manifest.get("apiVersion", "v1")
+    if api_version != "v1":
+        raise AgentError(f"a Pod has apiVersion v1, not {api_version!r}", permanent=True)
+    if not gpu_uuids:
+        raise AgentError("a pod binding needs at least one leased GPU", permanent=True)
+
+    pod: dict[str, Any] = copy.deepcopy(dict(manifest))
+    pod.pop("status", None)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise AgentError("the Pod manifest has no spec", permanent=True)
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise AgentError("the Pod manifest has no containers", permanent=True)
+    if not all(isinstance(c, dict) for c in containers):
+        raise AgentError("every entry of spec.containers must be a mapping", permanent=True)
+    pinned = spec.get("nodeName")
+    if pinned and pinned != host_name:
+        raise AgentError(
+            f"the Pod manifest pins node {pinned!r} but the lease is on {host_name!r}",
+            permanent=True,
+        )
+
+    pod["apiVersion"], pod["kind"] = "v1", "Pod"
+    metadata = pod.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        raise AgentError("the Pod manifest's metadata must be a mapping", permanent=True)
+    for key, kind in (("labels", Mapping), ("annotations", Mapping)):
+        if not isinstance(metadata.get(key) or {}, kind):
+            raise AgentError(f"the Pod manifest's metadata.{key} must be a mapping", permanent=True)
+    if not isinstance(spec.get("tolerations") or [], list):
+        raise AgentError("the Pod manifest's spec.tolerations must be a list", permanent=True)
+    requested_name = metadata.get("name") or metadata.get("generateName") or ""
+    for key in _SERVER_METADATA:
+        metadata.pop(key, None)
+    metadata["name"] = pod_name(lease_id)
+    metadata["namespace"] = namespace
+    metadata["labels"] = {
+        **(metadata.get("labels") or {}),
+        LEASE_LABEL: lease_label_value(lease_id),
+    }
+    annotations = {**(metadata.get("annotations") or {})}
+    annotations[OWNER_ANNOTATION] = owner
+    annotations[LEASE_ID_ANNOTATION] = str(lease_id)
+    if requested_name:
+        annotations[REQUESTED_NAME_ANNOTATION] = str(requested_name)
+    metadata["annotations"] = annotations
+
+    spec["nodeName"] = host_name
+    spec.setdefault("restartPolicy", "Never")
+    tolerations = spec.get("tolerations") or []
+    if not any(_covers_gpu_taint(t) for t in tolerations):
+        tolerations = [*tolerations, dict(GPU_TOLERATION)]
+    spec["tolerations"] = tolerations
+
+    units = leased_resources(host_name, gpu_uuids)
+    _assign_gpus(containers, units, fill=True)
+    for init in spec.get("initContainers") or []:
+        # Init containers run one at a time before the app containers and reuse the same
+        # devices: each may ask for up to the whole lease, and gets what it asked for.
+        if not isinstance(init, dict):
+            raise AgentError("every entry of spec.initContainers must be a mapping", permanent=True)
+        _assign_gpus([init], units, fill=False)
+    return pod
+
+
+def validate_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Check `pod` against the real Pod schema (strict: unknown fields are errors).
+
+    Returns the JSON-ready form (`ApiClient.sanitize_for_serialization`, which also turns any
+    client model objects or datetimes into plain JSON). Raises AgentError(permanent=True) with
+    the schema's message and the path of the offending field.
+    """
+    import kubernetes_validate
+    from kubernetes.client import ApiClient
+
+    with ApiClient() as api_client:
+        data = api_client.sanitize_for_serialization(dict(pod))
+    try:
+        kubernetes_validate.validate(data, KUBERNETES_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = _json_path(exc.absolute_path)
+        raise AgentError(
+            f"the Pod manifest is invalid: {where}: {exc.message}"
+            if where
+            else f"the Pod manifest is invalid: {exc.message}",
+            permanent=True,
+        ) from None
+    except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
+        raise AgentError(
+            f"cannot validate the Pod manifest: {exc.message}", permanent=True
+        ) from None
+    return data
+
+
+# --- reading a pod's status ---------------------------------------------------------------------
+
+
+def pod_status(
+    pod: Mapping[str, Any],
+    handle: Mapping[str, Any],
+    *,
+    pending_deadline_s: float,
+    events: Callable[[], str],
+    now: datetime | None = None,
+) -> BindingStatus:
+    """Map a pod (API JSON) to a binding status.
+
+    Running → running; Succeeded → succeeded (exit 0); Failed → failed with the first bad
+    container's exit code and the reasons; Unknown (node not reporting) → running, since the
+    workload may well still run. Pending → starting, until it has been Pending longer than
+    `pending_deadline_s` since its creationTimestamp (else the handle's `created_at`): then
+    failed, with the waiting reasons and `events()` (called only then) as the reason.
+    """
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase == "Running":
+        return BindingStatus(state=BIND_RUNNING, handle=handle)
+    if phase == "Succeeded":
+        return BindingStatus(state=BIND_SUCCEEDED, handle=handle, exit_code=0)
+    if phase == "Failed":
+        exit_code, reason = pod_failure(status)
+        return BindingStatus(state=BIND_FAILED, handle=handle, exit_code=exit_code, reason=reason)
+    if phase == "Unknown":
+        reason = "pod phase Unknown: its node is not reporting"
+        return BindingStatus(state=BIND_RUNNING, handle=handle, reason=reason)
+    waiting = pod_waiting_reasons(status)
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    created = created or parse_time(handle.get("created_at"))
+    age = ((now or datetime.now(UTC)) - created).total_seconds() if created else 0.0
+    if age <= pending_deadline_s:
+        return BindingStatus(state=BIND_STARTING, handle=handle, reason=waiting)
+    reason = f"pod stayed Pending for {int(age)} s (deadline {int(pending_deadline_s)} s)"
+    details = "; ".join(filter(None, [waiting, events()])) or "no events recorded"
+    return BindingStatus(state=BIND_FAILED, handle=handle, reason=f"{reason}: {details}")
+
+
+def pod_failure(status: Mapping[str, Any]) -> tuple[int | None, str]:
+    """Exit code and words for a Failed pod: the first container that ended badly, plus the
+    pod-level reason (Evicted, OutOf<resource>, DeadlineExceeded) when there is one."""
+    parts = []
+    exit_code = None
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    for container in statuses:
+        terminated = (container.get("state") or {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        if code not in (None, 0):
+            exit_code = int(code)
+            text = f"container {container.get('name', '?')} exited with code {code}"
+            if terminated.get("reason"):
+                text += f" ({terminated['reason']})"
+            if terminated.get("message"):
+                text += f": {terminated['message']}"
+            parts.append(text)
+            break
+    if status.get("reason") or status.get("message"):
+        parts.append(": ".join(filter(None, [status.get("reason"), status.get("message")])))
+    return exit_code, "; ".join(parts) or "pod failed"
+
+
+def pod_waiting_reasons(status: Mapping[str, Any]) -> str:
+    """Why containers have not started yet (ImagePullBackOff, …), in words."""
+    texts = []
+    statuses = [
+        *(status.get("initContainerStatuses") or []),
+        *(status.get("containerStatuses") or []),
+    ]
+    for container in statuses:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+            text = f"container {container.get('name', '?')} waiting: {waiting['reason']}"
+            texts.append(f"{text} ({waiting['message']})" if waiting.get("message") else text)
+    return "; ".join(texts)
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as an aware datetime; None when missing or unreadable."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def events_text(events: Sequence[Mapping[str, Any]], pod_name: str, *, last: int = 5) -> str:
+    """The `last` most recent events about `pod_name`, in words ("" when none).
+
+    Filters on `involvedObject.name` itself: not every server honours the field selector.
+    """
+    mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == pod_name]
+    mine.sort(key=_event_time)
+    return "; ".join(
+        f"{e.get('type', 'Normal')} {e.get('reason', '')}: {e.get('message', '')}".strip()
+        for e in mine[-last:]
+    )
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    return str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or (event.get("metadata") or {}).get("creationTimestamp")
+        or ""
+    )
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _covers_gpu_taint(toleration: Any) -> bool:
+    if not isinstance(toleration, Mapping):
+        return False
+    key, operator = toleration.get("key"), toleration.get("operator", "Equal")
+    effect = toleration.get("effect")
+    key_ok = key == "nvidia.com/gpu" or (not key and operator == "Exists")
+    return key_ok and operator == "Exists" and effect in (None, "", "NoSchedule")
+
+
+def _asked_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise AgentError("container resources must be a mapping", permanent=True)
+    asked = 0
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise AgentError(f"container resources.{section} must be a mapping", permanent=True)
+        for name, value in values.items():
+            if not is_gpu_resource(str(name)):
+                continue
+            text = str(value).strip()
+            if not text.isdigit():
+                raise AgentError(
+                    f"container {container.get('name', '?')!r} asks for {value!r} of {name}: "
+                    "GPUs come in whole numbers",
+                    permanent=True,
+                )
+            # limits win; requests only count where no limit is given (they must be equal)
+            if section == "limits" or name not in (resources.get("limits") or {}):
+                asked += parse_count(text)
+    return asked
+
+
+def _assign_gpus(containers: list[dict[str, Any]], units: list[str], *, fill: bool) -> None:
+    """Rewrite the GPU resources of `containers` to name the leased units.
+
+    With `fill`, the part of the lease nobody asked for goes to the first asking container
+    (or the first container), so the pod holds exactly the lease.
+    """
+    asks = [_asked_gpus(c) for c in containers]
+    if sum(asks) > len(units):
+        raise AgentError(
+            f"the Pod manifest asks for {sum(asks)} GPUs but the lease holds {len(units)}",
+            permanent=True,
+        )
+    if fill:
+        first = next((i for i, n in enumerate(asks) if n), 0)
+        asks[first] += len(units) - sum(asks)
+    position = 0
+    for container, ask in zip(containers, asks, strict=True):
+        mine = units[position : position + ask]
+        position += ask
+        resources = dict(container.get("resources") or {})
+        limits = {
+            k: v for k, v in (resources.get("limits") or {}).items() if not is_gpu_resource(k)
+        }
+        requests = resources.get("requests")
+        if requests is not None:
+            requests = {k: v for k, v in requests.items() if not is_gpu_resource(k)}
+        for resource in mine:
+            limits[resource] = str(int(limits.get(resource, 0)) + 1)
+            if requests is not None:
+                requests[resource] = limits[resource]
+        if limits:
+            resources["limits"] = limits
+        else:
+            resources.pop("limits", None)
+        if requests is not None:
+            resources["requests"] = requests
+        if resources:
+            container["resources"] = resources
+
+
+def _json_path(path: Sequence[Any]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text

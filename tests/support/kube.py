@@ -1,0 +1,112 @@
+"""Shared Kubernetes test helpers: the `kube_api` server, connectors pointed at it, pod builders.
+
+`kube_api` is a fixture here for `pytest_plugins = ["tests.support.kube"]` in the root conftest.
+Test modules define their own three-line `kube_api` on `running_kube_api()` instead: importing
+this module and registering it as a plugin from the same test module defeats pytest's assert
+rewriting, and ruff reads an imported fixture used as an argument as a redefinition (F811).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.kubernetes import KubernetesConnector
+from tests.support.kube_server import KubeApiServer
+
+_CAPTURED_DIRS = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "k8s",  # tests/fixtures/k8s, if copied in
+    Path("/work/shared/fixtures/k8s"),  # the team's shared folder
+)
+#: Captured Node lists from real clusters (fixtures/SOURCES.md); tests skip when absent.
+CAPTURED = next((d for d in _CAPTURED_DIRS if d.is_dir()), _CAPTURED_DIRS[0])
+A16_NODELIST = CAPTURED / "rke2-nvidia-a16-4q-vgpu-gpu-operator-nodelist.json"
+AKS_NODELIST = CAPTURED / "aks-standard-d2s-v3-3node-nogpu-nodelist.json"
+needs_captured = pytest.mark.skipif(
+    not A16_NODELIST.is_file(), reason=f"captured k8s fixtures not found in {_CAPTURED_DIRS}"
+)
+#: Hand-written Node objects, marked as derived (see k8s_fixtures/README.md).
+DERIVED = Path(__file__).resolve().parent / "k8s_fixtures"
+
+
+def load_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def derived_node(name: str) -> dict[str, Any]:
+    """A derived fixture by file name without `derived-` and `-node.json`."""
+    return load_json(DERIVED / f"derived-{name}-node.json")
+
+
+def make_pod(
+    name: str,
+    node: str | None,
+    gpus: int = 0,
+    *,
+    namespace: str = "default",
+    phase: str = "Running",
+    lease: str | None = None,
+    resource: str = "nvidia.com/gpu",
+    use_requests: bool = False,
+) -> dict[str, Any]:
+    """A minimal Pod as the API returns it, asking for `gpus` of `resource`."""
+    resources: dict[str, Any] = {}
+    if gpus:
+        resources = {"requests" if use_requests else "limits": {resource: str(gpus)}}
+    labels = {"app": name}
+    if lease:
+        labels["gpupool.io/lease"] = lease
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "busybox", "resources": resources}]
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def connector_for(server: KubeApiServer | str, **config: Any) -> KubernetesConnector:
+    """A connector whose API URL is `server` (fast retries, short timeouts for tests)."""
+    url = server if isinstance(server, str) else server.url
+    connector = KubernetesConnector(
+        "test-cluster", {"host": url, "request_timeout": 2, "namespace": "gpupool-jobs", **config}
+    )
+    # The retry schedule is a class attribute; tests shrink it on the instance only.
+    connector.retry_delays = (0.05, 0.1, 0.2)
+    return connector
+
+
+def closed_port_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens (connection refused at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def running_kube_api() -> Iterator[KubeApiServer]:
+    """A fresh, empty Kubernetes API test server on 127.0.0.1, stopped on exit."""
+    server = KubeApiServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kube_api() -> Iterator[KubeApiServer]:
+    """A fresh, empty Kubernetes API test server on 127.0.0.1, stopped after the test."""
+    with running_kube_api() as server:
+        yield server
