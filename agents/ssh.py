@@ -1,0 +1,329 @@
+"""VMs and bare-metal machines reached over SSH (paramiko), with nvidia-smi on each host.
+
+Config (a `sources` entry of kind `ssh`, secrets already decrypted by the caller)::
+
+    user: gpu
+    key_file: /etc/gpupool/id_ed25519      # or private_key: "-----BEGIN OPENSSH PRIVATE KEY..."
+    nvidia_smi: nvidia-smi                 # optional; may be several words ("sudo -n nvidia-smi")
+    hosts:
+      - {address: 10.0.0.5, port: 22, host_key: "ssh-ed25519 AAAA...", name: gpu-a}
+    connect_timeout: 10                    # optional, seconds
+    command_timeout: 30                    # optional, seconds
+    max_parallel: 16                       # optional: hosts read at once
+    state_dir: ~/.gpupool                  # optional: where bound processes keep their files
+
+Discovery costs one SSH connection and one remote command per host, all hosts in parallel up
+to `max_parallel`. A host that cannot be read (refused, timed out, wrong host key, bad
+credentials, nvidia-smi missing) comes back offline with the reason in `HostFact.error`; the
+other hosts are unaffected. Host keys are pinned: a host is only ever trusted by its configured
+`host_key`, never on first use.
+
+Process bindings run on the lease's host in their own session; see `agents.ssh_scripts` for the
+files kept per lease and why the session id makes the whole process tree reachable.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+from agents import ssh_scripts
+from agents.base import (
+    BIND_FAILED,
+    BIND_GONE,
+    BIND_RUNNING,
+    BIND_SUCCEEDED,
+    HOST_OFFLINE,
+    HOST_READY,
+    AgentError,
+    BindingStatus,
+    BindRequest,
+    Connector,
+    Discovery,
+    HostFact,
+    register,
+)
+from agents.nvidia_smi import NvidiaSmiError, read_host_report
+from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
+
+DEFAULTS = {"nvidia_smi": "nvidia-smi", "connect_timeout": 10, "command_timeout": 30,
+            "max_parallel": 16, "state_dir": "~/.gpupool"}  # fmt: skip
+_HOST_KEYS = frozenset({"address", "port", "host_key", "name"})
+#: Label carrying sentences about GPUs nvidia-smi named but could not read (no UUID to list).
+GPU_ERRORS_LABEL = "gpupool.io/gpu-errors"
+
+
+@register("ssh")
+class SshConnector(Connector):
+    """Hosts listed in the config, read and driven over SSH with pinned host keys."""
+
+    config_keys: ClassVar[frozenset[str]] = frozenset({"user", "key_file", "private_key", "hosts", *DEFAULTS})
+
+    def __init__(self, name: str, config: Mapping[str, Any]) -> None:
+        super().__init__(name, config)
+        self._pkey: Any = None
+        self._pkey_lock = threading.Lock()
+
+    # --- configuration --------------------------------------------------------------------------
+
+    @classmethod
+    def validate_config(cls, config: Mapping[str, Any]) -> list[str]:
+        """Human sentences for everything wrong with an entry; empty when it is usable."""
+        errors = cls._source_errors(config)
+        hosts = config.get("hosts")
+        if not isinstance(hosts, list) or not hosts:
+            return [*errors, "hosts must be a non-empty list"]
+        names: set[str] = set()
+        for position, entry in enumerate(hosts):
+            errors += [f"hosts[{position}]: {e}" for e in cls._host_errors(entry)]
+            name = _host_name(entry, position)
+            if name in names:
+                errors.append(f"hosts[{position}]: duplicate host name {name!r}; name each host")
+            names.add(name)
+        return errors
+
+    @classmethod
+    def _source_errors(cls, config: Mapping[str, Any]) -> list[str]:
+        errors = [f"unknown key {key!r}" for key in sorted(set(config) - cls.config_keys)]
+        if not isinstance(config.get("user"), str) or not config.get("user"):
+            errors.append("user is required")
+        if bool(config.get("key_file")) == bool(config.get("private_key")):
+            errors.append("give exactly one of key_file or private_key")
+        try:
+            if not shlex.split(str(config.get("nvidia_smi", DEFAULTS["nvidia_smi"]))):
+                errors.append("nvidia_smi must name a command")
+        except ValueError as exc:
+            errors.append(f"nvidia_smi is not a valid command line: {exc}")
+        for key in ("connect_timeout", "command_timeout", "max_parallel"):
+            value = config.get(key, DEFAULTS[key])
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                errors.append(f"{key} must be a positive number")
+        return errors
+
+    @staticmethod
+    def _host_errors(entry: Any) -> list[str]:
+        if not isinstance(entry, Mapping) or not entry.get("address"):
+            return ["address is required"]
+        errors = [f"unknown key {key!r}" for key in sorted(set(entry) - _HOST_KEYS)]
+        port = entry.get("port", 22)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            errors.append("port must be 1-65535")
+        try:
+            PinnedKey.parse(str(entry.get("host_key") or ""))
+        except ValueError as exc:
+            errors.append(f"{exc} (hosts without a pinned key are refused)")
+        return errors
+
+    def _setting(self, key: str) -> Any:
+        return self.config.get(key, DEFAULTS[key])
+
+    def hosts(self) -> list[HostSpec]:
+        """The usable configured hosts (name defaults to the address); bad entries are left
+        out here and reported by `validate_config` and `discover`."""
+        return [
+            HostSpec(
+                name=_host_name(entry, position),
+                address=str(entry["address"]),
+                port=int(entry.get("port", 22)),
+                host_key=str(entry.get("host_key") or ""),
+            )
+            for position, entry in enumerate(self.config.get("hosts") or [])
+            if not self._host_errors(entry)
+        ]
+
+    def _private_key(self) -> Any:
+        with self._pkey_lock:  # parsed once, shared by all threads of a discovery pass
+            if self._pkey is None:
+                self._pkey = load_private_key(
+                    key_file=self.config.get("key_file"), private_key=self.config.get("private_key")
+                )
+            return self._pkey
+
+    def _session(self, host: HostSpec) -> SshSession:
+        return SshSession(
+            host,
+            user=str(self.config["user"]),
+            pkey=self._private_key(),
+            connect_timeout=float(self._setting("connect_timeout")),
+        )
+
+    # --- discovery ------------------------------------------------------------------------------
+
+    def discover(self) -> Discovery:
+        """Read every host; per-host failures (a bad entry included) land on that HostFact,
+        never raise. A problem that stops every host (no user, unreadable key) is
+        `Discovery.error`."""
+        errors = self._source_errors(self.config)
+        entries = self.config.get("hosts")
+        if not isinstance(entries, list):
+            errors, entries = [*errors, "hosts must be a list"], []
+        if errors:
+            return Discovery(error=f"source {self.name!r} is misconfigured: " + "; ".join(errors))
+        try:
+            self._private_key()
+        except AgentError as exc:
+            return Discovery(error=exc.message)
+        script = ssh_scripts.discover_script(str(self._setting("nvidia_smi")))
+
+        def discover_entry(item: tuple[int, Any]) -> HostFact:
+            position, entry = item
+            problems = self._host_errors(entry)
+            if problems:
+                address = str(entry.get("address", "")) if isinstance(entry, Mapping) else ""
+                return HostFact(name=_host_name(entry, position), address=address,
+                                state=HOST_OFFLINE, error="; ".join(problems))  # fmt: skip
+            spec = HostSpec(_host_name(entry, position), str(entry["address"]),
+                            int(entry.get("port", 22)), str(entry["host_key"]))  # fmt: skip
+            return self._discover_host(spec, script)
+
+        workers = max(1, min(int(self._setting("max_parallel")), len(entries)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh-discover") as pool:
+            facts = list(pool.map(discover_entry, enumerate(entries)))
+        return Discovery(hosts=tuple(facts))
+
+    def _discover_host(self, host: HostSpec, script: str) -> HostFact:
+        try:
+            with self._session(host) as session:
+                result = session.run(script, timeout=float(self._setting("command_timeout")))
+            report = read_host_report(result.stdout)
+        except AgentError as exc:
+            return HostFact(name=host.name, address=host.address, state=HOST_OFFLINE,
+                            error=exc.message)  # fmt: skip
+        except NvidiaSmiError as exc:
+            return HostFact(name=host.name, address=host.address, state=HOST_OFFLINE,
+                            error=f"{host.where}: {exc}")  # fmt: skip
+        except Exception as exc:  # one odd host must never stop the pass
+            return HostFact(name=host.name, address=host.address, state=HOST_OFFLINE,
+                            error=f"{host.where}: unexpected error: {exc!r}")  # fmt: skip
+        labels = {GPU_ERRORS_LABEL: "; ".join(report.problems)} if report.problems else {}
+        return HostFact(
+            name=host.name,
+            address=host.address,
+            state=HOST_READY,
+            driver_version=report.driver_version,
+            cuda_version=report.cuda_version,
+            gpus=report.gpus,
+            labels=labels,
+        )
+
+    # --- process binding ------------------------------------------------------------------------
+
+    def _host_for(self, name: str, address: str, port: int | None = None) -> HostSpec:
+        hosts = self.hosts()
+        for matches in (
+            lambda h: h.name == name and (not address or h.address == address),
+            lambda h: h.address == address and (port is None or h.port == port),
+        ):
+            found = [h for h in hosts if matches(h)]
+            if found:
+                return found[0]
+        raise AgentError(f"host {name or address!r} is not in source {self.name!r}", permanent=True)
+
+    def bind(self, request: BindRequest) -> BindingStatus:
+        """Start `spec.command` on the lease's host, detached in its own session, with
+        CUDA_VISIBLE_DEVICES = the lease's GPU UUIDs. Idempotent per lease id: a retry finds
+        the first run (or its exit status) and never starts a second copy. Bad specs raise a
+        permanent AgentError; unreachable hosts a transient one."""
+        spec = request.spec
+        if spec.get("kind") != "process":
+            raise AgentError("ssh sources bind only {'kind': 'process'} workloads", permanent=True)
+        env = spec.get("env") or {}
+        if not isinstance(env, Mapping):
+            raise AgentError("binding env must be a mapping of names to strings", permanent=True)
+        try:
+            command = spec.get("command")
+            if not isinstance(command, list | tuple):  # a string would run letter by letter
+                raise ValueError("binding command must be a non-empty list of strings")
+            wrapper = ssh_scripts.wrapper_script(list(command), env, request.gpu_uuids)
+            script = ssh_scripts.bind_script(str(self._setting("state_dir")), request.lease_id, wrapper)
+        except (ValueError, TypeError) as exc:
+            raise AgentError(str(exc), permanent=True) from None
+        host = self._host_for(request.host_name, request.host_address)
+        timeout = float(self._setting("command_timeout")) + 10  # the script waits up to 10 s
+        with self._session(host) as session:
+            marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
+        if "error" in marks:
+            raise AgentError(f"cannot start lease on {host.where}: {marks['error']}")
+        if "started" not in marks:
+            raise AgentError(f"the lease's process on {host.where} did not start within 10 s")
+        pid, _, start_time = marks["started"].partition(" ")
+        directory = marks["dir"]
+        handle = {
+            "kind": "process",
+            "host": host.name,
+            "address": host.address,
+            "port": host.port,
+            "lease_id": request.lease_id,
+            "dir": directory,
+            "pid": int(pid),
+            "start_time": start_time,
+            "log": f"{directory}/output.log",
+        }
+        if "exit" in marks:
+            return self._ended(handle, marks["exit"])
+        return BindingStatus(state=BIND_RUNNING, handle=handle)
+
+    def _read_handle(self, handle: Mapping[str, Any]) -> tuple[HostSpec, str, int, str]:
+        """(host, lease dir, pid, start time) of a handle made by `bind`."""
+        try:
+            port = int(handle["port"]) if "port" in handle else None
+            host = self._host_for(str(handle.get("host", "")), str(handle["address"]), port)
+            return host, str(handle["dir"]), int(handle["pid"]), str(handle["start_time"])
+        except (KeyError, ValueError, TypeError):
+            message = f"not an ssh binding handle: {dict(handle)!r}"
+            raise AgentError(message, permanent=True) from None
+
+    @staticmethod
+    def _ended(handle: Mapping[str, Any], raw_code: str) -> BindingStatus:
+        try:
+            code = int(raw_code)
+        except ValueError:
+            return BindingStatus(state=BIND_FAILED, handle=handle,
+                                 reason=f"unreadable exit status {raw_code!r}")  # fmt: skip
+        if code == 0:
+            return BindingStatus(state=BIND_SUCCEEDED, handle=handle, exit_code=0,
+                                 reason="process exited with code 0")  # fmt: skip
+        return BindingStatus(state=BIND_FAILED, handle=handle, exit_code=code,
+                             reason=f"process {ssh_scripts.exit_reason(code)}")  # fmt: skip
+
+    def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
+        """running (same pid and start time alive), succeeded (exit 0), failed (non-zero
+        exit, the code in `exit_code` and `reason`), or gone (neither process nor exit file).
+        Raises a transient AgentError when the host cannot be asked."""
+        host, directory, pid, start_time = self._read_handle(handle)
+        script = ssh_scripts.observe_script(directory, pid, start_time)
+        with self._session(host) as session:
+            result = session.run(script, timeout=float(self._setting("command_timeout")))
+        marks = ssh_scripts.read_marks(result.stdout)
+        if "exit" in marks:
+            return self._ended(handle, marks["exit"])
+        if "running" in marks:
+            return BindingStatus(state=BIND_RUNNING, handle=handle)
+        if "gone" in marks:
+            where = "its lease directory is missing" if "nodir" in marks else "no exit status"
+            return BindingStatus(state=BIND_GONE, handle=handle,
+                                 reason=f"process {pid} vanished ({where})")  # fmt: skip
+        raise AgentError(f"could not read the lease's status on {host.where}: {result.stderr}")
+
+    def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
+        """TERM every process of the lease's session, KILL what is left after `grace_s`.
+        Idempotent: nothing left to stop is success. Raises AgentError if the host cannot be
+        reached or processes survive KILL."""
+        host, _, pid, start_time = self._read_handle(handle)
+        script = ssh_scripts.unbind_script(pid, start_time, grace_s)
+        timeout = float(self._setting("command_timeout")) + grace_s + 5
+        with self._session(host) as session:
+            marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
+        if "survivors" in marks:
+            raise AgentError(f"processes {marks['survivors']} on {host.where} survived SIGKILL")
+        if "stopped" not in marks:
+            raise AgentError(f"could not confirm the lease's processes stopped on {host.where}")
+
+
+def _host_name(entry: Any, position: int) -> str:
+    if isinstance(entry, Mapping) and (entry.get("name") or entry.get("address")):
+        return str(entry.get("name") or entry["address"])
+    return f"hosts[{position}]"
