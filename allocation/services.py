@@ -235,7 +235,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
     lost = requeued = 0
     for pk in lease_ids:
         with transaction.atomic():
-            lease = Lease.objects.select_for_update().select_related("host").get(pk=pk)
+            lease = Lease.objects.select_for_update(of=("self",)).select_related("host").get(pk=pk)
             if lease.state not in HOLDING_STATES:
                 continue
             host = lease.host.name if lease.host else "its host"

@@ -1,28 +1,47 @@
+"""List filters of the inventory API (django-filter). Multi-value filters take repeated
+parameters: `?state=free&state=leased`."""
+
 import django_filters
 
 from inventory.choices import GpuState, HostState, SourceKind
-from inventory.models import Gpu, Host
+from inventory.models import Gpu, Host, Pool
+
+
+class PoolFilterSet(django_filters.FilterSet):
+    name = django_filters.CharFilter(field_name="name", help_text="Pool name, exact.")
+
+    class Meta:
+        model = Pool
+        fields = ["name"]
 
 
 class GpuFilterSet(django_filters.FilterSet):
-    pool = django_filters.CharFilter(field_name="pool__name")
-    host = django_filters.CharFilter(field_name="host__name")
-    source = django_filters.CharFilter(field_name="host__source__name")
-    state = django_filters.MultipleChoiceFilter(choices=GpuState.choices)
-    model = django_filters.CharFilter(field_name="model", lookup_expr="icontains")
-    mig = django_filters.BooleanFilter(field_name="parent", lookup_expr="isnull", exclude=True)
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
+    host = django_filters.CharFilter(field_name="host__name", help_text="Host name, exact.")
+    host_id = django_filters.NumberFilter(field_name="host_id", help_text="Host id.")
+    source = django_filters.CharFilter(field_name="host__source__name", help_text="Source name, exact.")
+    state = django_filters.MultipleChoiceFilter(choices=GpuState.choices, help_text="GPU state; repeat for several.")
+    model = django_filters.CharFilter(field_name="model", lookup_expr="icontains",
+                                      help_text="Substring of the model name, case-insensitive (H100).")
+    min_memory_mb = django_filters.NumberFilter(field_name="memory_mb", lookup_expr="gte",
+                                                help_text="At least this much memory, MiB.")
+    mig = django_filters.BooleanFilter(field_name="parent", lookup_expr="isnull", exclude=True,
+                                       help_text="true: MIG slices only; false: whole GPUs only.")
 
     class Meta:
         model = Gpu
-        fields = ["pool", "host", "source", "state", "model", "mig"]
+        fields = ["pool", "host", "host_id", "source", "state", "model", "min_memory_mb", "mig"]
 
 
 class HostFilterSet(django_filters.FilterSet):
-    source = django_filters.CharFilter(field_name="source__name")
-    kind = django_filters.ChoiceFilter(field_name="source__kind", choices=SourceKind.choices)
-    state = django_filters.MultipleChoiceFilter(choices=HostState.choices)
-    pool = django_filters.CharFilter(field_name="gpus__pool__name", distinct=True)
+    name = django_filters.CharFilter(field_name="name", help_text="Host name, exact.")
+    source = django_filters.CharFilter(field_name="source__name", help_text="Source name, exact.")
+    kind = django_filters.ChoiceFilter(field_name="source__kind", choices=SourceKind.choices,
+                                       help_text="Source kind.")
+    state = django_filters.MultipleChoiceFilter(choices=HostState.choices, help_text="Host state; repeat for several.")
+    pool = django_filters.CharFilter(field_name="gpus__pool__name", distinct=True,
+                                     help_text="Hosts with at least one GPU in this pool.")
 
     class Meta:
         model = Host
-        fields = ["source", "kind", "state", "pool"]
+        fields = ["name", "source", "kind", "state", "pool"]

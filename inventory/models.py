@@ -33,6 +33,8 @@ class Source(models.Model):
     interval_s = models.PositiveIntegerField(default=60)
     last_discovery_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    # Per-GPU telemetry history is sampled less often than discovery runs (see SAMPLE_INTERVAL_S).
+    last_sample_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.db.models import QuerySet
 
+from inventory.bulk import bulk_update_fast
 from inventory.choices import AdminState, GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
@@ -36,8 +37,8 @@ def gpu_refresh_states(gpus: QuerySet[Gpu]) -> int:
         new = gpu_derive_state(host_state=host_state, gone=gone, leased=leased, health=health,
                                foreign=foreign)
         if new != state:
-            changed.append(Gpu(pk=pk, state=new))
-    Gpu.objects.bulk_update(changed, ["state"], batch_size=1000)
+            changed.append({"pk": pk, "state": new})
+    bulk_update_fast(Gpu, changed, ["state"])
     return len(changed)
 
 

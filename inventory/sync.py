@@ -13,20 +13,17 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from agents.base import HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
+from inventory.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Source
 from inventory.services import gpu_refresh_states
 from inventory.signals import gpus_vanished, inventory_changed
 
 HOST_FIELDS = ("address", "reported_state", "driver_version", "cuda_version", "labels", "taints",
-               "foreign_gpus", "error", "last_seen", "offline_since", "state")
-GPU_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile",
-              "shared_replicas", "health", "health_reason", "foreign", "gone", "utilization_pct",
-              "memory_used_mb", "temperature_c", "power_w", "telemetry_at")
+               "foreign_gpus", "error", "offline_since", "state")
 
 
 @dataclass
@@ -86,86 +83,122 @@ def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,
             host = Host(source=source, name=fact.name, **values)
             new.append(host)
         else:
+            values.pop("last_seen", None)  # moves every time: written below in one UPDATE
+            before = (host.state, host.offline_since)
             dirty = False
             for key, value in values.items():
                 if getattr(host, key) != value:
                     setattr(host, key, value)
-                    dirty = dirty or key != "last_seen"
-            changed.append(host)  # last_seen moves every time
-        host.state = Host.derive_state(host.reported_state, host.admin_state)
-        if host.state == HostState.OFFLINE:
-            host.offline_since = host.offline_since or now
-        else:
-            host.offline_since = None
+                    dirty = True
+            _derive(host, now)
+            if dirty or before != (host.state, host.offline_since):
+                changed.append(host)
+        if host.pk is None:
+            _derive(host, now)
         existing[fact.name] = host
     Host.objects.bulk_create(new, batch_size=1000)
-    Host.objects.bulk_update(changed, HOST_FIELDS, batch_size=1000)
+    bulk_update_fast(Host, changed, HOST_FIELDS)
+    answered = [existing[f.name].pk for f in facts if not f.error]
+    Host.objects.filter(pk__in=answered).update(last_seen=now)
     return existing
+
+
+def _derive(host: Host, now: datetime) -> None:
+    host.state = Host.derive_state(host.reported_state, host.admin_state)
+    host.offline_since = (host.offline_since or now) if host.state == HostState.OFFLINE else None
+
+
+STRUCT_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile", "shared_replicas",
+                 "health", "health_reason", "foreign", "gone")
+TELEMETRY_FIELDS = ("utilization_pct", "memory_used_mb", "temperature_c", "power_w", "telemetry_at")
+_ROW_FIELDS = ("pk", "uuid", "leased", *STRUCT_FIELDS, *TELEMETRY_FIELDS)
 
 
 def _sync_gpus(source: Source, facts: tuple[HostFact, ...], hosts: dict[str, Host], now: datetime,
                report: SyncReport) -> list[int]:
+    """Create, update and mark gone the source's GPUs. Existing rows are read as plain tuples
+    (building 16,000 model instances would cost more than the whole comparison), and only rows
+    that differ are written: structural changes and telemetry in separate bulk UPDATEs."""
     seen_uuids = {g.uuid for f in facts for g in f.gpus}
-    rows = {g.uuid: g for g in Gpu.objects.filter(Q(host__source=source) | Q(uuid__in=seen_uuids))}
-    # Hosts whose report failed keep their GPUs as they are (shown offline through the host).
-    answered = {f.name for f in facts if not f.error}
-    by_host_gpus: dict[int, list[GpuFact]] = {}
-    for fact in facts:
-        if not fact.error:
-            by_host_gpus[hosts[fact.name].pk] = list(fact.gpus)
-
+    rows = {r[1]: dict(zip(_ROW_FIELDS, r, strict=True)) for r in
+            Gpu.objects.filter(host__source=source).values_list(*_ROW_FIELDS)}
+    unknown = seen_uuids - rows.keys()
+    if unknown:  # GPUs that moved here from another source's host (rare): adopt them
+        rows.update((r[1], dict(zip(_ROW_FIELDS, r, strict=True))) for r in
+                    Gpu.objects.filter(uuid__in=unknown).values_list(*_ROW_FIELDS))
     counted = {hosts[f.name].pk for f in facts if not f.error and f.foreign_gpus}
-    new: list[Gpu] = []
-    changed: list[Gpu] = []
+    struct_changed: dict[str, dict] = {}
+    telemetry_changed: dict[str, dict] = {}
     samples: list[GpuSample] = []
+    take_samples = _sample_due(source, now)
     # Two phases, parents before slices, so a new slice can point at its new parent's row.
     for slices in (False, True):
         batch: list[Gpu] = []
-        for host_id, gpu_facts in by_host_gpus.items():
-            for fact in gpu_facts:
+        for fact_host in facts:
+            if fact_host.error:
+                continue  # an unreachable host keeps its GPUs as they were (shown offline)
+            host_id = hosts[fact_host.name].pk
+            for fact in fact_host.gpus:
                 if bool(fact.parent_uuid) != slices:
                     continue
                 report.gpus_seen += 1
                 parent = rows.get(fact.parent_uuid) if fact.parent_uuid else None
-                values = _gpu_values(fact, host_id, parent, now)
+                values = _gpu_values(fact, host_id, parent["pk"] if parent else None, now)
                 if host_id in counted:
                     del values["foreign"]  # decided per host below, from the count
                 row = rows.get(fact.uuid)
                 if row is None:
-                    row = Gpu(uuid=fact.uuid, pool_id=source.pool_id, **values)
-                    batch.append(row)
-                    rows[fact.uuid] = row
+                    gpu = Gpu(uuid=fact.uuid, pool_id=source.pool_id, **values)
+                    batch.append(gpu)
+                    rows[fact.uuid] = {"pk": None, "uuid": fact.uuid, "leased": False, "foreign": False, **values}
                     report.created += 1
-                elif _apply(row, values):
-                    changed.append(row)
+                    continue
+                if any(row[k] != v for k, v in values.items() if k in STRUCT_FIELDS):
+                    row.update(values)
+                    struct_changed[fact.uuid] = row
                     report.updated += 1
-                if fact.utilization_pct is not None or fact.temperature_c is not None:
-                    samples.append(GpuSample(gpu=row, at=now, utilization_pct=fact.utilization_pct,
+                elif any(row[k] != values[k] for k in TELEMETRY_FIELDS if k != "telemetry_at"):
+                    row.update(values)
+                    telemetry_changed[fact.uuid] = row
+                if take_samples and (fact.utilization_pct is not None or fact.temperature_c is not None):
+                    samples.append(GpuSample(gpu_id=row["pk"], at=now, utilization_pct=fact.utilization_pct,
                                              memory_used_mb=fact.memory_used_mb,
                                              temperature_c=fact.temperature_c, power_w=fact.power_w))
         Gpu.objects.bulk_create(batch, batch_size=1000)
-        new.extend(batch)
+        for gpu in batch:
+            rows[gpu.uuid]["pk"] = gpu.pk
 
-    answered_ids = {hosts[name].pk for name in answered}
+    answered_ids = {hosts[f.name].pk for f in facts if not f.error}
     vanished: list[int] = []
-    for row in rows.values():
-        if row.uuid not in seen_uuids and not row.gone and row.host_id in answered_ids:
-            row.gone = True
-            changed.append(row)
+    for uuid, row in rows.items():
+        if uuid not in seen_uuids and not row["gone"] and row["host_id"] in answered_ids:
+            row["gone"] = True
+            struct_changed[uuid] = row
             report.gone += 1
-            if row.leased:
-                vanished.append(row.pk)
-    changed.extend(_assign_counted_foreign(facts, hosts, rows))
-    Gpu.objects.bulk_update({id(r): r for r in changed}.values(), GPU_FIELDS, batch_size=1000)
-    GpuSample.objects.bulk_create(samples, batch_size=2000)
-    _prune_samples(now)
+            if row["leased"]:
+                vanished.append(row["pk"])
+    for row in _assign_counted_foreign(counted, facts, hosts, rows):
+        struct_changed[row["uuid"]] = row
+    bulk_update_fast(Gpu, struct_changed.values(), (*STRUCT_FIELDS, *TELEMETRY_FIELDS))
+    bulk_update_fast(Gpu, [r for u, r in telemetry_changed.items() if u not in struct_changed],
+                     TELEMETRY_FIELDS)
+    if take_samples:
+        GpuSample.objects.bulk_create([s for s in samples if s.gpu_id], batch_size=2000)
+        Source.objects.filter(pk=source.pk).update(last_sample_at=now)
+        _prune_samples(now)
     return vanished
 
 
-def _gpu_values(fact: GpuFact, host_id: int, parent: Gpu | None, now: datetime) -> dict[str, object]:
+def _sample_due(source: Source, now: datetime) -> bool:
+    every = settings.GPUPOOL["SAMPLE_INTERVAL_S"]
+    last = Source.objects.filter(pk=source.pk).values_list("last_sample_at", flat=True).first()
+    return last is None or (now - last).total_seconds() >= every
+
+
+def _gpu_values(fact: GpuFact, host_id: int, parent_id: int | None, now: datetime) -> dict[str, object]:
     unhealthy = fact.health == HEALTH_UNHEALTHY
     return {
-        "host_id": host_id, "parent": parent, "index": fact.index, "model": fact.model,
+        "host_id": host_id, "parent_id": parent_id, "index": fact.index, "model": fact.model,
         "memory_mb": fact.memory_mb, "mig_profile": fact.mig_profile,
         "shared_replicas": max(1, fact.shared_replicas),
         "health": Health.UNHEALTHY if unhealthy else Health.OK,
@@ -178,50 +211,31 @@ def _gpu_values(fact: GpuFact, host_id: int, parent: Gpu | None, now: datetime) 
     }
 
 
-_TELEMETRY = {"utilization_pct", "memory_used_mb", "temperature_c", "power_w", "telemetry_at"}
-
-
-def _apply(row: Gpu, values: dict[str, object]) -> bool:
-    """Copy values onto row; True when something other than the timestamp changed."""
-    dirty = False
-    for key, value in values.items():
-        if key == "parent":
-            parent_id = value.pk if value is not None else None  # type: ignore[attr-defined]
-            if row.parent_id != parent_id:
-                row.parent_id = parent_id
-                dirty = True
-            continue
-        if getattr(row, key) != value:
-            setattr(row, key, value)
-            dirty = dirty or key != "telemetry_at"
-    return dirty
-
-
-def _assign_counted_foreign(facts: tuple[HostFact, ...], hosts: dict[str, Host],
-                            rows: dict[str, Gpu]) -> list[Gpu]:
+def _assign_counted_foreign(counted: set[int], facts: tuple[HostFact, ...], hosts: dict[str, Host],
+                            rows: dict[str, dict]) -> list[dict]:
     """Kubernetes reports foreign use as a count per node (the device plugin picks devices):
     mark that many of the node's unleased GPUs foreign, keeping earlier picks stable.
     Returns the rows whose flag changed."""
-    counts = {hosts[f.name].pk: f.foreign_gpus for f in facts if not f.error and f.foreign_gpus}
-    if not counts:
+    if not counted:
         return []
-    per_host: dict[int, list[Gpu]] = {}
+    counts = {hosts[f.name].pk: f.foreign_gpus for f in facts if not f.error and f.foreign_gpus}
+    per_host: dict[int, list[dict]] = {}
     for row in rows.values():
-        if row.host_id in counts and not row.gone and not row.leased and not row.parent_id:
-            per_host.setdefault(row.host_id, []).append(row)
+        if row["host_id"] in counted and not row["gone"] and not row["leased"] and not row["parent_id"]:
+            per_host.setdefault(row["host_id"], []).append(row)
     flipped = []
     for host_id, candidates in per_host.items():
-        candidates.sort(key=lambda r: (not r.foreign, -r.index))
+        candidates.sort(key=lambda r: (not r["foreign"], -r["index"]))
         for i, row in enumerate(candidates):
             want = i < counts[host_id]
-            if row.foreign != want:
-                row.foreign = want
+            if row["foreign"] != want:
+                row["foreign"] = want
                 flipped.append(row)
     return flipped
 
 
 def _prune_samples(now: datetime) -> None:
-    keep = settings.GPUPOOL["TELEMETRY_HISTORY"] * settings.GPUPOOL["DISCOVERY_INTERVAL_S"]
+    keep = settings.GPUPOOL["TELEMETRY_HISTORY"] * settings.GPUPOOL["SAMPLE_INTERVAL_S"]
     GpuSample.objects.filter(at__lt=now - timedelta(seconds=keep)).delete()
 
 

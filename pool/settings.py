@@ -148,7 +148,10 @@ GPUPOOL = {
     # Leases on an offline host become `lost` after this grace.
     "LOST_GRACE_S": env_int("GPUPOOL_LOST_GRACE_S", 300),
     "OBSERVE_INTERVAL_S": env_int("GPUPOOL_OBSERVE_INTERVAL_S", 15),
-    "TELEMETRY_HISTORY": env_int("GPUPOOL_TELEMETRY_HISTORY", 120),
+    # Per-GPU telemetry history: one sample per source every SAMPLE_INTERVAL_S, kept for
+    # TELEMETRY_HISTORY samples (the latest value is always on the GPU row).
+    "SAMPLE_INTERVAL_S": env_int("GPUPOOL_SAMPLE_INTERVAL_S", 60),
+    "TELEMETRY_HISTORY": env_int("GPUPOOL_TELEMETRY_HISTORY", 240),
     "POLICY": env_str("GPUPOOL_POLICY", "fair"),
 }
 
@@ -175,6 +178,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One schema component per status vocabulary, named after it (several fields share them).
+    "ENUM_NAME_OVERRIDES": {
+        "HostStateEnum": "inventory.choices.HostState",
+        "GpuStateEnum": "inventory.choices.GpuState",
+        "LeaseStateEnum": "allocation.choices.LeaseState",
+    },
 }
 
 # --- static, auth, i18n -------------------------------------------------------------------------

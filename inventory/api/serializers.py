@@ -1,3 +1,5 @@
+"""Inventory representations. Every field carries help_text: it is the API documentation."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -5,13 +7,14 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 
 
 class PoolSerializer(serializers.ModelSerializer):
     capacity = serializers.IntegerField(read_only=True, help_text="Usable GPUs (not gone, not MIG parents).")
     allocated = serializers.IntegerField(read_only=True, help_text="GPUs held by leases.")
-    free = serializers.IntegerField(read_only=True)
+    free = serializers.IntegerField(read_only=True, help_text="GPUs free to be granted now.")
     pending = serializers.IntegerField(read_only=True, help_text="Pending leases.")
     pending_gpus = serializers.IntegerField(read_only=True, help_text="GPUs asked by pending leases.")
     models = serializers.SerializerMethodField(help_text="Per-model counts: {model: {total, free}}.")
@@ -20,6 +23,12 @@ class PoolSerializer(serializers.ModelSerializer):
         model = Pool
         fields = ["id", "name", "description", "capacity", "allocated", "free", "pending",
                   "pending_gpus", "models", "created_at"]
+        extra_kwargs = {
+            "id": {"help_text": "Numeric id."},
+            "name": {"help_text": "Pool name (the key used everywhere else)."},
+            "description": {"help_text": "Free text."},
+            "created_at": {"help_text": "When the pool was created."},
+        }
 
     @extend_schema_field({"type": "object", "additionalProperties": {
         "type": "object", "properties": {"total": {"type": "integer"}, "free": {"type": "integer"}}}})
@@ -28,23 +37,44 @@ class PoolSerializer(serializers.ModelSerializer):
 
 
 class HostSerializer(serializers.ModelSerializer):
-    source = serializers.CharField(source="source.name", read_only=True)
-    kind = serializers.CharField(source="source.kind", read_only=True)
-    gpu_count = serializers.IntegerField(read_only=True)
+    source = serializers.CharField(source="source.name", read_only=True,
+                                   help_text="Source (SSH host list, cluster, simulated fleet) it came from.")
+    kind = serializers.CharField(source="source.kind", read_only=True,
+                                 help_text="Source kind: ssh, kubernetes or simulated.")
+    gpu_count = serializers.IntegerField(read_only=True, help_text="GPUs on this host (gone ones excluded).")
+    state = serializers.ChoiceField(choices=HostState.choices, read_only=True,
+                                    help_text="Effective state: offline wins, then drain/cordon, then ready.")
 
     class Meta:
         model = Host
         fields = ["id", "name", "address", "source", "kind", "state", "reported_state",
                   "admin_state", "driver_version", "cuda_version", "gpu_count", "foreign_gpus",
                   "labels", "taints", "error", "last_seen"]
+        extra_kwargs = {
+            "id": {"help_text": "Numeric id (used in cordon/drain/uncordon URLs)."},
+            "name": {"help_text": "Host or node name."},
+            "address": {"help_text": "Address it is reached at (SSH) or its node name."},
+            "reported_state": {"help_text": "State as its source reports it."},
+            "admin_state": {"help_text": "What a pool admin asked: '', cordoned or draining."},
+            "driver_version": {"help_text": "NVIDIA driver version."},
+            "cuda_version": {"help_text": "CUDA version the driver supports."},
+            "foreign_gpus": {"help_text": "GPUs in use by processes or pods gpupool did not start."},
+            "labels": {"help_text": "Node labels (Kubernetes) or configured labels."},
+            "taints": {"help_text": "Node taints (Kubernetes)."},
+            "error": {"help_text": "Last discovery error for this host, empty when fine."},
+            "last_seen": {"help_text": "When discovery last heard from it."},
+        }
 
 
 class GpuSerializer(serializers.ModelSerializer):
-    host = serializers.CharField(source="host.name", read_only=True)
-    pool = serializers.CharField(source="pool.name", read_only=True)
-    parent_uuid = serializers.CharField(source="parent.uuid", read_only=True, default="",
-                                        allow_null=True)
-    lease = serializers.SerializerMethodField()
+    host = serializers.CharField(source="host.name", read_only=True, help_text="Host name.")
+    pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool it belongs to.")
+    parent_uuid = serializers.CharField(source="parent.uuid", read_only=True, default="", allow_null=True,
+                                        help_text="For a MIG slice: the UUID of its physical GPU.")
+    state = serializers.ChoiceField(choices=GpuState.choices, read_only=True,
+                                    help_text="free, leased, cordoned, offline, unhealthy or foreign.")
+    health = serializers.ChoiceField(choices=Health.choices, read_only=True, help_text="ok or unhealthy.")
+    lease = serializers.SerializerMethodField(help_text="Id of the lease holding it, or null.")
 
     class Meta:
         model = Gpu
@@ -52,6 +82,20 @@ class GpuSerializer(serializers.ModelSerializer):
                   "parent_uuid", "state", "health", "health_reason", "shared_replicas",
                   "utilization_pct", "memory_used_mb", "temperature_c", "power_w",
                   "telemetry_at", "lease"]
+        extra_kwargs = {
+            "uuid": {"help_text": "NVIDIA UUID (GPU-… or MIG-…); the key in URLs."},
+            "index": {"help_text": "Device index on its host."},
+            "model": {"help_text": "Model name as nvidia-smi reports it."},
+            "memory_mb": {"help_text": "Total memory in MiB."},
+            "mig_profile": {"help_text": "MIG profile of a slice (e.g. 1g.10gb), empty for a whole GPU."},
+            "health_reason": {"help_text": "Why it is unhealthy (XID, ECC), empty when healthy."},
+            "shared_replicas": {"help_text": "Time-slicing replicas (1 = not shared)."},
+            "utilization_pct": {"help_text": "Latest GPU utilisation, percent."},
+            "memory_used_mb": {"help_text": "Latest memory in use, MiB."},
+            "temperature_c": {"help_text": "Latest temperature, °C."},
+            "power_w": {"help_text": "Latest power draw, W."},
+            "telemetry_at": {"help_text": "When the telemetry above was sampled."},
+        }
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_lease(self, gpu: Gpu) -> str | None:
@@ -59,4 +103,5 @@ class GpuSerializer(serializers.ModelSerializer):
 
 
 class GpuMoveSerializer(serializers.Serializer):
-    pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all())
+    pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all(),
+                                        help_text="Name of the pool to move the GPU (and its MIG slices) to.")
