@@ -35,6 +35,10 @@ class AgentError(Exception):
 HEALTH_OK = "ok"
 HEALTH_UNHEALTHY = "unhealthy"
 
+#: HostFact label carrying sentences about GPUs the host named but could not read (fell off the
+#: bus, no UUID to list them by). Inventory marks such a host's vanished GPUs unhealthy, not gone.
+GPU_ERRORS_LABEL = "gpupool.io/gpu-errors"
+
 HOST_READY = "ready"
 HOST_CORDONED = "cordoned"  # the source itself says: schedule nothing new here
 HOST_OFFLINE = "offline"

@@ -36,6 +36,7 @@ from agents.base import (
     BIND_GONE,
     BIND_RUNNING,
     BIND_SUCCEEDED,
+    GPU_ERRORS_LABEL,
     HOST_OFFLINE,
     HOST_READY,
     AgentError,
@@ -52,8 +53,6 @@ from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
 DEFAULTS = {"nvidia_smi": "nvidia-smi", "connect_timeout": 10, "command_timeout": 30,
             "max_parallel": 16, "state_dir": "~/.gpupool"}  # fmt: skip
 _HOST_KEYS = frozenset({"address", "port", "host_key", "name"})
-#: Label carrying sentences about GPUs nvidia-smi named but could not read (no UUID to list).
-GPU_ERRORS_LABEL = "gpupool.io/gpu-errors"
 
 
 @register("ssh")

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.base import HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
+from agents.base import GPU_ERRORS_LABEL, HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
 from inventory.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Source
@@ -169,9 +169,20 @@ def _sync_gpus(source: Source, facts: tuple[HostFact, ...], hosts: dict[str, Hos
             rows[gpu.uuid]["pk"] = gpu.pk
 
     answered_ids = {hosts[f.name].pk for f in facts if not f.error}
+    # A host that says some GPU could not be read (fell off the bus): its missing GPUs are broken
+    # hardware still in the box, so unhealthy with the host's words, not gone.
+    broken = {hosts[f.name].pk: f.labels[GPU_ERRORS_LABEL] for f in facts
+              if not f.error and f.labels.get(GPU_ERRORS_LABEL)}
     vanished: list[int] = []
     for uuid, row in rows.items():
-        if uuid not in seen_uuids and not row["gone"] and row["host_id"] in answered_ids:
+        if uuid not in seen_uuids and not row["gone"] and row["host_id"] in broken:
+            if row["health"] != Health.UNHEALTHY:
+                row.update(health=Health.UNHEALTHY, health_reason=broken[row["host_id"]][:255])
+                struct_changed[uuid] = row
+                report.updated += 1
+                if row["leased"]:
+                    vanished.append(row["pk"])
+        elif uuid not in seen_uuids and not row["gone"] and row["host_id"] in answered_ids:
             row["gone"] = True
             struct_changed[uuid] = row
             report.gone += 1

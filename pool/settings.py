@@ -112,13 +112,15 @@ if REDIS_URL:
 else:
     # kombu's filesystem transport: a real broker between real processes, needing no server.
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        # Remote-control (pidbox) messages; kombu's default is ./control in the working directory.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agents.base import HEALTH_OK, HOST_OFFLINE, HOST_READY, AgentError
-from agents.ssh import GPU_ERRORS_LABEL, SshConnector
+from agents.base import GPU_ERRORS_LABEL, HEALTH_OK, HOST_OFFLINE, HOST_READY, AgentError
+from agents.ssh import SshConnector
 from tests.support.sshd import FakeHost, SshServer, new_ed25519
 
 pytestmark = pytest.mark.sshd
