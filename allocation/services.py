@@ -16,6 +16,7 @@ from django.utils import timezone
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.leases import lease_end, lease_free_gpus, transition
 from allocation.models import Lease, PriorityClass, Quota, Team
+from allocation.policy import placement
 from allocation.triggers import request_pass
 from inventory.choices import HostState
 from inventory.models import Gpu, Pool
@@ -61,11 +62,10 @@ def _resolve_priority(name: str | None) -> PriorityClass:
     return pc
 
 
-def _model_matches(model_name: str, pattern: str) -> bool:
-    if not pattern:
-        return True
-    lowered = model_name.lower()
-    return any(p.strip().lower() in lowered for p in pattern.split("|") if p.strip())
+def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
+    """The policy's own matching rule (a MIG slice only for a request naming MIG or its profile)."""
+    kind = placement.Kind(model_name, mig_profile, 0, "", "", False, None)
+    return placement.model_matches(kind, placement.model_alternatives(pattern))
 
 
 def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
@@ -74,13 +74,14 @@ def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int,
     if quota is not None and quota.limit is not None and gpus > quota.limit:
         raise DomainError(f"team {team.name} may hold at most {quota.limit} GPUs in pool "
                           f"{pool.name}; asked for {gpus}", code="over_limit")
-    rows = (Gpu.objects.filter(pool=pool, gone=False, slices__isnull=True,
-                               memory_mb__gte=min_memory_mb or 0)
-            .values("model", "host_id").annotate(n=Count("pk")))
-    per_model_host: dict[str, list[int]] = {}
+    candidates = Gpu.objects.filter(pool=pool, gone=False, slices__isnull=True)
+    if min_memory_mb:  # unknown memory never satisfies a minimum
+        candidates = candidates.filter(memory_mb__gte=min_memory_mb)
+    rows = candidates.values("model", "mig_profile", "host_id").annotate(n=Count("pk"))
+    per_model_host: dict[tuple[str, str], list[int]] = {}
     for row in rows:
-        if _model_matches(row["model"], model):
-            per_model_host.setdefault(row["model"], []).append(row["n"])
+        if _model_matches(row["model"], row["mig_profile"], model):
+            per_model_host.setdefault((row["model"], row["mig_profile"]), []).append(row["n"])
     best = max((max(ns) if same_host else sum(ns) for ns in per_model_host.values()), default=0)
     if best < gpus:
         where = "on one host" if same_host else "in total"
