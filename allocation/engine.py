@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,9 +33,9 @@ from allocation.policy.types import (
     Snapshot,
 )
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind
-from inventory.choices import Health, HostState
+from inventory.bulk import bulk_update_fast
+from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu, Pool
-from inventory.services import gpu_refresh_states
 
 logger = logging.getLogger(__name__)
 S = LeaseState
@@ -47,6 +48,11 @@ class PassReport:
     preempted: list[str] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
+
+
+PENDING_FIELDS = ("pk", "team__name", "priority_class__value", "created_at", "gpu_count", "model",
+                  "min_memory_mb", "same_host", "min_driver_version", "min_cuda_version", "ttl_seconds",
+                  "reason", "queue_position", "estimated_start", "binding_spec")
 
 
 def _ts(value: datetime | None) -> float | None:
@@ -90,16 +96,16 @@ def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, Lease
                     ending=state in END_STATES)
         for pk, team, state, prio, preemptible, min_rt, granted, borrowed, expires in running_rows)
 
-    pending_rows = {str(lease.pk): lease for lease in Lease.objects.filter(
-        pool=pool, state=S.PENDING).select_related("team", "priority_class")}
+    # Pending leases as plain tuples: a pass that changes nothing must not build model instances.
+    pending_rows = {str(row[0]): row for row in Lease.objects.filter(pool=pool, state=S.PENDING).values_list(
+        *PENDING_FIELDS, named=True)}
     pending = tuple(
-        RequestView(lease_id=lid, team=lease.team.name, pool=pool.name, gpus=lease.gpu_count,
-                    priority=lease.priority_class.value, created_at=lease.created_at.timestamp(),
-                    model=lease.model, min_memory_mb=lease.min_memory_mb, same_host=lease.same_host,
-                    min_driver_version=lease.min_driver_version,
-                    min_cuda_version=lease.min_cuda_version,
-                    expected_duration_s=float(lease.ttl_seconds))
-        for lid, lease in pending_rows.items())
+        RequestView(lease_id=lid, team=r.team__name, pool=pool.name, gpus=r.gpu_count,
+                    priority=r.priority_class__value, created_at=r.created_at.timestamp(),
+                    model=r.model, min_memory_mb=r.min_memory_mb, same_host=r.same_host,
+                    min_driver_version=r.min_driver_version, min_cuda_version=r.min_cuda_version,
+                    expected_duration_s=float(r.ttl_seconds))
+        for lid, r in pending_rows.items())
 
     quotas = {(team, pool.name): QuotaView(team=team, pool=pool.name, guaranteed=g, limit=lim)
               for team, g, lim in Quota.objects.filter(pool=pool).values_list(
@@ -134,15 +140,18 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
     return reports
 
 
-def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Lease],
+def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Any],
            gpu_host: dict[int, int], now: datetime) -> PassReport:
     report = PassReport(pool=pool.name)
     events = []
     links: list[LeaseGpu] = []
     granted_gpu_ids: list[int] = []
     to_bind: list[str] = []
+    granted: list[Lease] = []
     for grant in decisions.grants:
-        lease = pending_rows[grant.lease_id]
+        row = pending_rows[grant.lease_id]
+        lease = Lease(pk=row.pk, state=S.PENDING, ttl_seconds=row.ttl_seconds, binding_spec=row.binding_spec)
+        granted.append(lease)
         reason = f"granted {len(grant.gpu_ids)} GPU(s) on {grant.host}" + (
             " (borrowed capacity)" if grant.borrowed else "")
         events.append(transition(lease, S.GRANTED, actor="system:scheduler", reason=reason, now=now,
@@ -158,26 +167,25 @@ def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Lease],
         report.granted.append(grant.lease_id)
         if lease.binding_spec:
             to_bind.append(grant.lease_id)
-    granted = [pending_rows[g.lease_id] for g in decisions.grants]
-    Lease.objects.bulk_update(granted, ["state", "reason", "granted_at", "expires_at", "borrowed",
-                                        "queue_position", "estimated_start", "host"], batch_size=500)
+    bulk_update_fast(Lease, granted, ["state", "reason", "granted_at", "expires_at", "borrowed",
+                                      "queue_position", "estimated_start", "host"])
     LeaseGpu.objects.bulk_create(links, batch_size=1000)
     if granted_gpu_ids:
-        Gpu.objects.filter(pk__in=granted_gpu_ids).update(leased=True)
-        gpu_refresh_states(Gpu.objects.filter(pk__in=granted_gpu_ids))
+        # Granted GPUs were schedulable (present, healthy, on a ready host): they are now leased.
+        Gpu.objects.filter(pk__in=granted_gpu_ids).update(leased=True, state=GpuState.LEASED)
 
     to_unbind = _apply_preemptions(decisions, now, report, events)
 
     changed = []
     for pend in decisions.pending:
-        lease = pending_rows.get(pend.lease_id)
-        if lease is None:
+        row = pending_rows.get(pend.lease_id)
+        if row is None:
             continue
         est = datetime.fromtimestamp(pend.estimated_start, tz=now.tzinfo) if pend.estimated_start else None
-        if (lease.reason, lease.queue_position, lease.estimated_start) != (pend.reason, pend.queue_position, est):
-            lease.reason, lease.queue_position, lease.estimated_start = pend.reason, pend.queue_position, est
-            changed.append(lease)
-    Lease.objects.bulk_update(changed, ["reason", "queue_position", "estimated_start"], batch_size=1000)
+        if (row.reason, row.queue_position, row.estimated_start) != (pend.reason, pend.queue_position, est):
+            changed.append({"pk": row.pk, "reason": pend.reason, "queue_position": pend.queue_position,
+                            "estimated_start": est})
+    bulk_update_fast(Lease, changed, ["reason", "queue_position", "estimated_start"])
     report.pending = len(decisions.pending)
     bulk_audit(events)
     for lease_id in to_bind:

@@ -53,7 +53,7 @@ def bulk_update_fast(model: type[models.Model], rows: Iterable[Any], fields: Seq
     values: list[tuple[Any, ...]] = []
     for row in rows:
         key = row["pk"] if isinstance(row, Mapping) else row.pk
-        values.append((key, *(
+        values.append((pk.get_db_prep_save(key, connection), *(
             _get(row, f) if plain else f.get_db_prep_save(_get(row, f), connection)
             for f, plain in zip(cols, native, strict=True))))
     with connection.cursor() as cursor:
