@@ -48,6 +48,7 @@ class PassReport:
     preempted: list[str] = field(default_factory=list)
     pending: int = 0
     seconds: float = 0.0
+    freed_now: int = 0  # preempted leases whose GPUs were freed within the pass
 
 
 PENDING_FIELDS = ("pk", "team__name", "priority_class__value", "created_at", "gpu_count", "model",
@@ -126,15 +127,22 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
     for pool in pools:
         clear_pass_flag(pool.pk)
         started = time.perf_counter()
+        report = PassReport(pool=pool.name)
         with transaction.atomic():
             _lock_pool(pool.pk)
             now = timezone.now()
-            snapshot, pending_rows, gpu_host = build_snapshot(pool, now)
-            if not snapshot.pending:
-                reports.append(PassReport(pool=pool.name, seconds=time.perf_counter() - started))
-                continue
-            decisions = decide(snapshot)
-            report = _apply(pool, decisions, pending_rows, gpu_host, now)
+            # A preemption of a lease with no running workload frees its GPUs at once; a second
+            # round in the same transaction then grants them to the request they were taken for.
+            for _round in range(3):
+                snapshot, pending_rows, gpu_host = build_snapshot(pool, now)
+                if not snapshot.pending:
+                    break
+                step = _apply(pool, decide(snapshot), pending_rows, gpu_host, now)
+                report.granted += step.granted
+                report.preempted += step.preempted
+                report.pending = step.pending
+                if not step.freed_now:
+                    break
         report.seconds = time.perf_counter() - started
         reports.append(report)
     return reports
@@ -207,8 +215,12 @@ def _apply_preemptions(decisions: Decisions, now: datetime, report: PassReport,
         if victim is None or victim.state not in HOLDING_STATES:
             continue
         victim.preempted_by_id = pre.by_lease_id
-        lease_end(victim, S.PREEMPTED, actor="system:scheduler", now=now, keep_gpus=True,
+        # A bound workload gets its notice and grace (the unbind task frees the GPUs after it);
+        # a lease with nothing running on it is ended at once.
+        lease_end(victim, S.PREEMPTED, actor="system:scheduler", now=now,
                   reason=f"preempted for lease {pre.by_lease_id}: {pre.reason}")
+        if victim.ending_since is None:
+            report.freed_now += 1
         events.append(audit(actor="system:scheduler", action="lease.preempt", obj=victim,
                              lease=victim, at=now, message=pre.reason,
                              data={"victim": pre.lease_id, "by": pre.by_lease_id,
