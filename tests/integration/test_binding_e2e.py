@@ -151,3 +151,32 @@ def test_a_manifest_that_asks_for_more_gpus_than_leased_fails_the_lease_with_the
     failed = Lease.objects.get(pk=lease["id"])
     assert failed.state == "failed" and "4" in failed.reason
     assert not failed.gpu_links.filter(active=True).exists()
+
+
+@pytest.mark.sshd
+def test_a_preempted_process_gets_its_notice_and_the_requester_gets_the_gpus_after(  # type: ignore[no-untyped-def]
+        ssh_fleet, apply_yaml, make_user, api) -> None:
+    client, tmp = ssh_fleet
+    apply_yaml("teams: [{name: urgent, members: [uma]}]\npriority_classes:\n"
+               "  - {name: best-effort, value: -10, preemptible: true, grace_s: 2}\n"
+               "  - {name: high, value: 100}\n", discover=False)
+    marker = tmp / "got-term"
+    trap = f"trap 'echo term > {marker}; exit 0' TERM; while true; do sleep 0.2; done"
+    victim = client.post("/api/v1/leases/", {
+        "pool": "vms", "gpus": 56, "same_host": True, "model": "MIG", "priority_class": "best-effort",
+        "binding": {"kind": "process", "command": ["sh", "-c", trap]}}, format="json").json()
+    run_pass()
+    assert lease_bind(victim["id"]) == "bound"
+    pid = int(Lease.objects.get(pk=victim["id"]).binding_status["handle"]["pid"])
+    urgent = api(make_user("uma", teams=("urgent",))).post(
+        "/api/v1/leases/", {"pool": "vms", "gpus": 2, "model": "MIG", "priority_class": "high"},
+        format="json").json()
+    run_pass()
+    preempted = Lease.objects.get(pk=victim["id"])
+    assert preempted.state == "preempted" and str(preempted.preempted_by_id) == urgent["id"]
+    # The workload is still stopping: its GPUs are not handed out yet.
+    assert Lease.objects.get(pk=urgent["id"]).state == "pending"
+    assert lease_unbind(victim["id"]) == "unbound"
+    assert _wait(marker.exists) and _wait(lambda: not _pid_alive(pid))
+    run_pass()
+    assert Lease.objects.get(pk=urgent["id"]).state == "granted"
