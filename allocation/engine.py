@@ -60,7 +60,8 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-def _lock_pool(pool_id: int) -> None:
+def lock_pool(pool_id: int) -> None:
+    """Take the pool's scheduling lock for the rest of the current transaction."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cur:
             # One bigint key per pool, in a namespace of our own ("gp" in the high bits).
@@ -71,6 +72,11 @@ def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, Lease
     """Read one pool's state in a fixed number of queries. Returns the snapshot and the pending
     lease rows by id (the apply step updates them) and each GPU's host id."""
     parents = set(Gpu.objects.filter(pool=pool, parent__isnull=False).values_list("parent_id", flat=True))
+    # GPUs moved into this pool while a lease of another pool still holds them are not free here
+    # until that lease ends (capacity moves never take GPUs from under a running lease).
+    held_elsewhere = set(LeaseGpu.objects.filter(active=True, gpu__pool=pool).exclude(lease__pool=pool)
+                         .values_list("gpu_id", flat=True))
+    unavailable = parents | held_elsewhere
     gpu_rows = list(Gpu.objects.filter(pool=pool, gone=False).values_list(
         "pk", "host__name", "host__state", "model", "memory_mb", "host__driver_version",
         "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas", "host_id"))
@@ -79,7 +85,7 @@ def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, Lease
         GpuView(id=pk, pool=pool.name, host=host, model=model, memory_mb=mem or 0,
                 driver_version=drv, cuda_version=cuda, mig_profile=mig,
                 schedulable=(host_state == HostState.READY and health == Health.OK and not foreign
-                             and pk not in parents),
+                             and pk not in unavailable),
                 time_sliced=replicas > 1)
         for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas, _ in gpu_rows)
 
@@ -129,7 +135,7 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
         started = time.perf_counter()
         report = PassReport(pool=pool.name)
         with transaction.atomic():
-            _lock_pool(pool.pk)
+            lock_pool(pool.pk)
             now = timezone.now()
             # A preemption of a lease with no running workload frees its GPUs at once; a second
             # round in the same transaction then grants them to the request they were taken for.

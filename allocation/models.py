@@ -55,6 +55,7 @@ class PriorityClass(models.Model):
 
     class Meta:
         ordering = ["-value", "name"]
+        verbose_name_plural = "priority classes"
 
     def __str__(self) -> str:
         return self.name
@@ -132,6 +133,7 @@ class LeaseGpu(models.Model):
     active = models.BooleanField(default=True)
 
     class Meta:
+        verbose_name = "lease GPU"
         constraints = [
             models.UniqueConstraint(fields=["gpu"], condition=Q(active=True),
                                     name="gpu_in_at_most_one_active_lease"),

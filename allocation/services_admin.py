@@ -1,4 +1,4 @@
-"""Admin actions on capacity: cordon/drain/uncordon hosts, move GPUs between pools."""
+"""Admin actions: cordon/drain/uncordon hosts, move GPUs between pools, edit quotas and weights."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django.db import transaction
 
 from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.leases import audit, lease_end
-from allocation.models import Lease
+from allocation.models import Lease, Quota, Team
 from allocation.triggers import request_pass, request_unbind
 from inventory.models import Gpu, Host, Pool
 from inventory.services import gpus_move, host_cordon, host_drain, host_uncordon
@@ -43,3 +43,52 @@ def capacity_move(*, gpu_ids: Sequence[int], pool: Pool, actor: str) -> int:
     for pool_id in sources | {pool.pk}:
         request_pass(pool_id)
     return moved
+
+
+def _text(value: int | None) -> str:
+    return "none" if value is None else str(value)
+
+
+def quota_set(*, quota: Quota, guaranteed: int, limit: int | None, actor: str) -> Quota:
+    """Set a quota's guaranteed share and limit (None: may borrow all idle GPUs); audited.
+
+    Raises DomainError (code `invalid_quota`) when the limit is below the guarantee: a team could
+    then never reach what it is promised. A call that changes nothing writes nothing."""
+    if limit is not None and limit < guaranteed:
+        raise DomainError(f"limit {limit} is below guaranteed {guaranteed}: a team must be able to reach "
+                          "its guarantee", code="invalid_quota")
+    with transaction.atomic():
+        quota = Quota.objects.select_for_update().select_related("team", "pool").get(pk=quota.pk)
+        before = {"guaranteed": quota.guaranteed, "limit": quota.limit}
+        after = {"guaranteed": guaranteed, "limit": limit}
+        changed = {k: v for k, v in after.items() if before[k] != v}
+        if not changed:
+            return quota
+        quota.guaranteed, quota.limit = guaranteed, limit
+        quota.save(update_fields=["guaranteed", "limit"])
+        audit(actor=actor, action="quota.update", obj=quota,
+              message=f"quota {quota.team.name}@{quota.pool.name}: " + ", ".join(
+                  f"{k} {_text(before[k])} → {_text(v)}" for k, v in changed.items()),
+              data={"before": {k: before[k] for k in changed}, "after": changed}).save()
+    # A larger guarantee or limit may let waiting leases start (or reclaim borrowed GPUs).
+    transaction.on_commit(lambda: request_pass(quota.pool_id))
+    return quota
+
+
+def team_set_weight(*, team: Team, weight: float, actor: str) -> Team:
+    """Set a team's fair-share weight (> 0); audited. Raises DomainError for a weight ≤ 0."""
+    if weight <= 0:
+        raise DomainError("a fair-share weight must be above 0", code="invalid_weight")
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        if team.weight == weight:
+            return team
+        before = team.weight
+        team.weight = weight
+        team.save(update_fields=["weight"])
+        audit(actor=actor, action="team.update", obj=team,
+              message=f"team {team.name}: weight {before:g} → {weight:g}",
+              data={"before": {"weight": before}, "after": {"weight": weight}}).save()
+    pool_ids = set(team.quotas.values_list("pool_id", flat=True))
+    transaction.on_commit(lambda: [request_pass(pid) for pid in pool_ids])
+    return team

@@ -5,7 +5,21 @@ from frontend import views
 
 app_name = "frontend"
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html",
+                                                redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.overview, name="overview"),
+    path("quotas/", views.quotas, name="quotas"),
+    path("quotas/<int:quota_id>/", views.quota_edit, name="quota-edit"),
+    path("quotas/teams/<slug:team_name>/weight/", views.team_weight, name="team-weight"),
+    path("fleet/", views.fleet, name="fleet"),
+    path("fleet/hosts/<int:host_id>/<str:verb>/", views.host_action, name="host-action"),
+    path("queue/", views.queue, name="queue"),
+    path("leases/", views.leases, name="leases"),
+    path("leases/<uuid:lease_id>/", views.lease_detail, name="lease-detail"),
+    path("leases/<uuid:lease_id>/release/", views.lease_release_view, name="lease-release"),
+    path("leases/<uuid:lease_id>/renew/", views.lease_renew_view, name="lease-renew"),
+    path("capacity/", views.capacity, name="capacity"),
+    path("capacity/preview/", views.capacity_preview_view, name="capacity-preview"),
+    path("capacity/confirm/", views.capacity_confirm_view, name="capacity-confirm"),
 ]

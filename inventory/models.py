@@ -117,6 +117,7 @@ class Gpu(models.Model):
     telemetry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "GPU"
         ordering = ["host__name", "index", "uuid"]
         indexes = [models.Index(fields=["pool", "state"])]
         constraints = [
@@ -142,6 +143,7 @@ class GpuSample(models.Model):
     power_w = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "GPU sample"
         ordering = ["-at"]
         indexes = [models.Index(fields=["gpu", "-at"])]
 

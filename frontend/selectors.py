@@ -1,0 +1,239 @@
+"""Reads for the dashboard pages, built on the shared selectors so the numbers match the API.
+
+Each function costs a fixed number of queries, whatever the size of the fleet.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Avg, Count, F, Q, QuerySet, Sum
+from django.utils import timezone
+
+from allocation.choices import LeaseState
+from allocation.models import Lease, LeaseGpu, Quota
+from allocation.selectors import fair_share_standing, lease_list, quota_list
+from frontend.charts import LineChart, line_chart
+from inventory.choices import GpuState
+from inventory.models import Gpu, GpuSample, Host, Pool
+from inventory.selectors import gpu_list, host_list, pool_list
+from pool.api.permissions import is_pool_admin
+
+CHART_BUCKETS = 40
+
+
+@dataclass
+class PoolStats:
+    pool: Pool
+    capacity: int = 0
+    allocated: int = 0
+    free: int = 0
+    borrowed: int = 0
+    pending_leases: int = 0
+    pending_gpus: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+    gpu_hours_today: float = 0.0
+    chart: LineChart | None = None
+
+    @property
+    def in_guarantee(self) -> int:
+        """Allocated GPUs that are not borrowed."""
+        return max(self.allocated - self.borrowed, 0)
+
+    @property
+    def foreign(self) -> int:
+        return self.states.get(GpuState.FOREIGN, 0)
+
+    @property
+    def unhealthy(self) -> int:
+        return self.states.get(GpuState.UNHEALTHY, 0)
+
+    @property
+    def out_of_service(self) -> int:
+        """Cordoned and offline GPUs: neither free nor in use."""
+        return self.states.get(GpuState.CORDONED, 0) + self.states.get(GpuState.OFFLINE, 0)
+
+
+def telemetry_window_s() -> int:
+    """How far back GpuSample history reaches (inventory.sync prunes older rows)."""
+    return settings.GPUPOOL["TELEMETRY_HISTORY"] * settings.GPUPOOL["DISCOVERY_INTERVAL_S"]
+
+
+def pool_overview(*, now: datetime | None = None) -> list[PoolStats]:
+    """Per pool: capacity, allocation, borrowing, queue, GPU states, GPU-hours today, utilisation."""
+    now = now or timezone.now()
+    stats = {p.pk: PoolStats(pool=p, capacity=p.capacity, allocated=p.allocated, free=p.free)
+             for p in pool_list()}
+    for row in (Gpu.objects.filter(gone=False, slices__isnull=True).values("pool_id", "state")
+                .annotate(n=Count("pk", distinct=True))):
+        if row["pool_id"] in stats:
+            stats[row["pool_id"]].states[row["state"]] = row["n"]
+    for pool_id, n in (LeaseGpu.objects.filter(active=True, lease__borrowed=True)
+                       .values_list("lease__pool_id").annotate(n=Count("pk"))):
+        if pool_id in stats:
+            stats[pool_id].borrowed = n
+    for pool_id, n, gpus in (Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id")
+                             .annotate(n=Count("pk"), g=Sum("gpu_count"))):
+        if pool_id in stats:
+            stats[pool_id].pending_leases, stats[pool_id].pending_gpus = n, gpus or 0
+    for pool_id, hours in gpu_hours_since(now.replace(hour=0, minute=0, second=0, microsecond=0), now).items():
+        if pool_id in stats:
+            stats[pool_id].gpu_hours_today = hours
+    start = chart_start(now)
+    for pool_id, points in utilisation_series(start, now).items():
+        if pool_id in stats:
+            stats[pool_id].chart = line_chart(points, start=start, end=now)
+    for s in stats.values():
+        s.chart = s.chart or line_chart([], start=start, end=now)
+    return list(stats.values())
+
+
+def chart_start(now: datetime) -> datetime:
+    """Where the utilisation charts begin: the oldest sample still kept, but at least 15 minutes
+    back, so a young install does not draw a mostly empty chart."""
+    oldest = now - timedelta(seconds=telemetry_window_s())
+    first = GpuSample.objects.filter(at__gte=oldest).order_by("at").values_list("at", flat=True).first()
+    return min(first or now, now - timedelta(minutes=15))
+
+
+def gpu_hours_since(start: datetime, now: datetime) -> dict[int, float]:
+    """GPU-hours granted per pool between `start` and `now` (leases still running count to now)."""
+    rows = Lease.objects.filter(granted_at__isnull=False, granted_at__lt=now).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start)).values_list("pool_id", "gpu_count", "granted_at", "ended_at")
+    hours: dict[int, float] = defaultdict(float)
+    for pool_id, gpus, granted, ended in rows:
+        seconds = (min(ended or now, now) - max(granted, start)).total_seconds()
+        hours[pool_id] += gpus * max(seconds, 0.0) / 3600
+    return dict(hours)
+
+
+def utilisation_series(start: datetime, end: datetime,
+                       buckets: int = CHART_BUCKETS) -> dict[int, list[tuple[datetime, float | None]]]:
+    """Mean GPU utilisation per pool in equal time buckets; None where no sample fell.
+
+    GPUs count towards the pool they are in now (a moved GPU takes its history along)."""
+    width = (end - start).total_seconds() / buckets
+    sums: dict[int, list[list[float]]] = defaultdict(lambda: [[0.0, 0.0] for _ in range(buckets)])
+    rows = (GpuSample.objects.filter(at__gte=start, at__lte=end, utilization_pct__isnull=False)
+            .values_list("gpu__pool_id", "at").annotate(mean=Avg("utilization_pct"), n=Count("pk")))
+    for pool_id, at, mean, n in rows:
+        slot = min(int((at - start).total_seconds() // width), buckets - 1)
+        sums[pool_id][slot][0] += mean * n
+        sums[pool_id][slot][1] += n
+    return {pool_id: [(start + timedelta(seconds=width * (i + 0.5)), total / n if n else None)
+                      for i, (total, n) in enumerate(slots)] for pool_id, slots in sums.items()}
+
+
+@dataclass
+class TeamQuotas:
+    name: str
+    weight: float
+    standing: dict[str, float]
+    quotas: list[Quota]
+
+
+def team_quotas(*, user: Any) -> tuple[list[TeamQuotas], int]:
+    """The user's visible quotas grouped by team, each quota with `used`, `borrowed`, `pending`
+    and `scale` (the bar's full length: its limit, or the pool's capacity when unlimited), plus
+    the number of ranked teams."""
+    capacity = {p.pk: p.capacity for p in pool_list()}
+    standing = fair_share_standing()
+    teams: dict[str, TeamQuotas] = {}
+    for quota in quota_list(user=user):
+        quota.capacity = capacity.get(quota.pool_id, 0)
+        ceiling = quota.limit if quota.limit is not None else quota.capacity
+        quota.scale = max(ceiling, quota.used, quota.guaranteed, 1)
+        quota.in_guarantee = max(quota.used - quota.borrowed, 0)
+        team = teams.setdefault(quota.team.name, TeamQuotas(
+            quota.team.name, quota.team.weight, standing.get(quota.team.name, {}), []))
+        team.quotas.append(quota)
+    return sorted(teams.values(), key=lambda t: t.standing.get("rank", 10**6)), len(standing)
+
+
+@dataclass
+class GpuTile:
+    gpu: Gpu
+    lease_id: str = ""
+    lease_team: str = ""
+    visible: bool = False  # may this user open the lease?
+    slices: list[GpuTile] = field(default_factory=list)
+
+
+@dataclass
+class HostRow:
+    host: Host
+    gpus: list[GpuTile] = field(default_factory=list)
+    pools: list[str] = field(default_factory=list)
+
+    @property
+    def leased(self) -> int:
+        return sum(1 for t in self._all() if t.gpu.state == GpuState.LEASED)
+
+    @property
+    def units(self) -> int:
+        """GPUs that count as capacity: whole GPUs, and the slices of MIG GPUs."""
+        return len(self._all())
+
+    def _all(self) -> list[GpuTile]:
+        return [s for t in self.gpus for s in (t.slices or [t])]
+
+
+def fleet(*, user: Any, pool: str = "", host_ids: list[int] | None = None) -> list[HostRow]:
+    """Hosts with their GPUs (MIG slices nested), who holds each GPU, optionally one pool only."""
+    hosts = host_list()
+    gpus = gpu_list(filters={"gone": False})
+    if pool:
+        gpus = gpus.filter(pool__name=pool)
+        # A subquery, not a join: a join would multiply host_list's per-host GPU count.
+        hosts = hosts.filter(pk__in=Gpu.objects.filter(pool__name=pool, gone=False).values("host_id"))
+    if host_ids is not None:
+        hosts, gpus = hosts.filter(pk__in=host_ids), gpus.filter(host_id__in=host_ids)
+    admin = is_pool_admin(user)
+    my_teams = set() if admin else set(user.teams.values_list("name", flat=True))
+    holders = {gid: (str(lid), team) for gid, lid, team in LeaseGpu.objects.filter(
+        active=True, gpu__in=gpus).values_list("gpu_id", "lease_id", "lease__team__name")}
+    rows = {h.pk: HostRow(h) for h in hosts}
+    tiles: dict[int, GpuTile] = {}
+    # Whole GPUs before slices, so every slice finds its parent's tile (NULLs sort last in PostgreSQL).
+    for gpu in sorted(gpus, key=lambda g: g.parent_id is not None):
+        lease_id, team = holders.get(gpu.pk, ("", ""))
+        tile = GpuTile(gpu, lease_id, team, visible=bool(lease_id) and (admin or team in my_teams))
+        tiles[gpu.pk] = tile
+        if gpu.parent_id and gpu.parent_id in tiles:
+            tiles[gpu.parent_id].slices.append(tile)
+        elif gpu.host_id in rows:
+            rows[gpu.host_id].gpus.append(tile)
+            if gpu.pool.name not in rows[gpu.host_id].pools:
+                rows[gpu.host_id].pools.append(gpu.pool.name)
+    return list(rows.values())
+
+
+def fleet_state_counts(rows: list[HostRow]) -> list[tuple[str, str, int]]:
+    """(state, label, count) of every GPU state, in a fixed order: the grid's legend."""
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        for tile in row._all():
+            counts[tile.gpu.state] += 1
+    return [(value, label, counts[value]) for value, label in GpuState.choices]
+
+
+def pending_queue(*, user: Any) -> QuerySet[Lease]:
+    """Pending leases the user may see, in the scheduler's order within each pool."""
+    return lease_list(user=user).filter(state=LeaseState.PENDING).order_by(
+        "pool__name", F("queue_position").asc(nulls_last=True), "created_at")
+
+
+def capacity_hosts() -> list[HostRow]:
+    """Every host with its top-level GPUs, for the capacity-move picker (no lease visibility)."""
+    rows = {h.pk: HostRow(h) for h in host_list()}
+    for gpu in gpu_list(filters={"gone": False, "parent__isnull": True}).annotate(
+            n_slices=Count("slices", filter=Q(slices__gone=False))):
+        if gpu.host_id in rows:
+            rows[gpu.host_id].gpus.append(GpuTile(gpu))
+            if gpu.pool.name not in rows[gpu.host_id].pools:
+                rows[gpu.host_id].pools.append(gpu.pool.name)
+    return [r for r in rows.values() if r.gpus]

@@ -1,0 +1,13 @@
+"""Dashboard views, one module per page; they translate HTTP and delegate to selectors/services."""
+
+from frontend.views.capacity import capacity, capacity_confirm_view, capacity_preview_view
+from frontend.views.fleet import fleet, host_action
+from frontend.views.leases import lease_detail, lease_release_view, lease_renew_view, leases, queue
+from frontend.views.overview import overview
+from frontend.views.quotas import quota_edit, quotas, team_weight
+
+__all__ = [
+    "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "host_action", "lease_detail",
+    "lease_release_view", "lease_renew_view", "leases", "overview", "queue", "quota_edit", "quotas",
+    "team_weight",
+]

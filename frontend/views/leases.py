@@ -1,0 +1,103 @@
+"""Queue and leases: the pending queue, a filterable lease list, and one lease with its audit
+trail, binding status and the owner's release/renew buttons."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+
+from allocation.choices import ACTIVE_STATES, HOLDING_STATES, LeaseState
+from allocation.models import AuditEvent, Lease
+from allocation.selectors import lease_list, team_list
+from allocation.services import lease_release, lease_renew
+from frontend.access import htmx_target, login_required
+from frontend.forms import LeaseFilterForm, ReleaseForm, RenewForm
+from frontend.selectors import pending_queue
+from inventory.models import Pool
+from pool.errors import DomainError
+
+PAGE_SIZE = 50
+
+
+@login_required
+def queue(request: HttpRequest) -> HttpResponse:
+    context = {"leases": list(pending_queue(user=request.user)[:500]), "now": timezone.now()}
+    if htmx_target(request) == "queue-live":
+        return render(request, "frontend/partials/queue_live.html", context)
+    return render(request, "frontend/queue.html", context)
+
+
+@login_required
+def leases(request: HttpRequest) -> HttpResponse:
+    teams = list(team_list(user=request.user).values_list("name", flat=True))
+    pools = list(Pool.objects.order_by("name").values_list("name", flat=True))
+    form = LeaseFilterForm(request.GET or None, teams=teams, pools=pools)
+    qs = lease_list(user=request.user)
+    if form.is_valid():
+        state = form.cleaned_data["state"]
+        if state == "active":
+            qs = qs.filter(state__in=ACTIVE_STATES)
+        elif state:
+            qs = qs.filter(state=state)
+        if form.cleaned_data["team"]:
+            qs = qs.filter(team__name=form.cleaned_data["team"])
+        if form.cleaned_data["pool"]:
+            qs = qs.filter(pool__name=form.cleaned_data["pool"])
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "frontend/leases.html", {"form": form, "page": page, "leases": page.object_list})
+
+
+def _visible_lease(request: HttpRequest, lease_id: str) -> Lease:
+    """The lease if the user may see it; another team's lease is a 404, as in the API."""
+    return get_object_or_404(lease_list(user=request.user), pk=lease_id)
+
+
+@login_required
+def lease_detail(request: HttpRequest, lease_id: str) -> HttpResponse:
+    lease = _visible_lease(request, lease_id)
+    links = sorted(lease.gpu_links.all(), key=lambda lk: (not lk.active, lk.gpu.host_id or 0, lk.gpu.index))
+    return render(request, "frontend/lease_detail.html", {
+        "lease": lease,
+        "links": links,
+        "events": AuditEvent.objects.filter(lease=lease).order_by("at", "id")[:500],
+        "can_act": lease.state in ACTIVE_STATES,
+        "renewable": lease.state in (*HOLDING_STATES, LeaseState.PENDING),
+        "renew_form": RenewForm(), "release_form": ReleaseForm(),
+    })
+
+
+def _act(request: HttpRequest, lease_id: str, verb: str) -> HttpResponse:
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    lease = _visible_lease(request, lease_id)  # members act only on their teams' leases
+    actor = request.user.get_username()
+    try:
+        if verb == "release":
+            form = ReleaseForm(request.POST)
+            reason = form.cleaned_data["reason"] if form.is_valid() else ""
+            lease = lease_release(lease=lease, actor=actor, reason=reason)
+            messages.success(request, f"Lease {str(lease.pk)[:8]} is {lease.get_state_display().lower()}.")
+        else:
+            form = RenewForm(request.POST)
+            if not form.is_valid():
+                messages.error(request, "Not renewed: " + " ".join(e for errs in form.errors.values() for e in errs))
+                return redirect("frontend:lease-detail", lease_id=lease.pk)
+            lease = lease_renew(lease=lease, actor=actor, ttl_seconds=form.cleaned_data["ttl_seconds"])
+            until = f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC" if lease.expires_at else "its grant"
+            messages.success(request, f"Lease {str(lease.pk)[:8]} renewed: it now runs until {until}.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("frontend:lease-detail", lease_id=lease.pk)
+
+
+@login_required
+def lease_release_view(request: HttpRequest, lease_id: str) -> HttpResponse:
+    return _act(request, lease_id, "release")
+
+
+@login_required
+def lease_renew_view(request: HttpRequest, lease_id: str) -> HttpResponse:
+    return _act(request, lease_id, "renew")

@@ -1,0 +1,34 @@
+"""Dashboard fixtures: a seeded fleet, logged-in clients, and (for browser tests) Chromium."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.frontend.seed import Seeded, seed_dashboard
+
+
+@pytest.fixture
+def fast_passwords(settings: Any) -> None:
+    """Seeding logs users in with real passwords; a cheap hasher keeps that quick."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def seeded(demo_fleet: Any, make_user: Any, fast_passwords: None) -> Seeded:
+    return seed_dashboard(make_user)
+
+
+@pytest.fixture
+def client_for(client: Any) -> Any:
+    """`client_for(user)` → the test client logged in as that user (None: anonymous)."""
+    from django.test import Client
+
+    def login(user: Any = None) -> Client:
+        c = Client()
+        if user is not None:
+            c.force_login(user)
+        return c
+
+    return login
