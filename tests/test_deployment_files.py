@@ -1,0 +1,33 @@
+"""docker-compose.yml and the Dockerfile describe the production topology the settings expect."""
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_compose_runs_postgres_redis_web_worker_and_beat_from_one_image() -> None:
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    for name in ("web", "worker", "beat", "migrate"):
+        env = services[name]["environment"]
+        assert env["DATABASE_URL"].startswith("postgres://") and env["REDIS_URL"].startswith("redis://")
+        assert services[name]["env_file"] == ".env"
+    assert services["worker"]["command"][:4] == ["celery", "-A", "pool", "worker"]
+    assert services["beat"]["command"][:4] == ["celery", "-A", "pool", "beat"]
+    assert "pool.wsgi:application" in services["web"]["command"]
+    assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_env_example_names_every_production_setting() -> None:
+    names = {line.split("=", 1)[0] for line in (REPO / ".env.example").read_text().splitlines()
+             if line and not line.startswith("#")}
+    assert {"SECRET_KEY", "GPUPOOL_FERNET_KEY", "ALLOWED_HOSTS", "POSTGRES_PASSWORD"} <= names
+
+
+def test_the_dockerfile_copies_every_package_the_project_installs() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    for package in ("pool", "inventory", "allocation", "agents", "frontend", "gpupool_cli"):
+        assert f"COPY {package} ./{package}" in dockerfile
