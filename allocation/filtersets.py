@@ -1,25 +1,56 @@
+"""List filters of the allocation API (django-filter). Multi-value filters take repeated
+parameters: `?state=pending&state=granted`."""
+
 import django_filters
 
 from allocation.choices import LeaseState
-from allocation.models import Lease, Quota
+from allocation.models import AuditEvent, Lease, Quota
+from pool.api.filtersets import BooleanFilter, StrictFilterSet
 
 
-class LeaseFilterSet(django_filters.FilterSet):
-    state = django_filters.MultipleChoiceFilter(choices=LeaseState.choices)
-    team = django_filters.CharFilter(field_name="team__name")
-    pool = django_filters.CharFilter(field_name="pool__name")
-    user = django_filters.CharFilter(field_name="user__username")
-    host = django_filters.CharFilter(field_name="host__name")
+class LeaseFilterSet(StrictFilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=LeaseState.choices,
+                                                help_text="Lease state; repeat for several.")
+    active = BooleanFilter(method="filter_active",
+                                          help_text="true: pending, granted or bound; false: ended.")
+    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
+    user = django_filters.CharFilter(field_name="user__username", help_text="User name of the requester.")
+    host = django_filters.CharFilter(field_name="host__name", help_text="Host the lease was granted on.")
+    priority_class = django_filters.CharFilter(field_name="priority_class__name",
+                                               help_text="Priority class name.")
 
     class Meta:
         model = Lease
-        fields = ["state", "team", "pool", "user", "host"]
+        fields = ["state", "active", "team", "pool", "user", "host", "priority_class"]
+
+    def filter_active(self, queryset, name, value):  # type: ignore[no-untyped-def]
+        active = ("pending", "granted", "bound")
+        return queryset.filter(state__in=active) if value else queryset.exclude(state__in=active)
 
 
-class QuotaFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__name")
-    pool = django_filters.CharFilter(field_name="pool__name")
+class QuotaFilterSet(StrictFilterSet):
+    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
 
     class Meta:
         model = Quota
         fields = ["team", "pool"]
+
+
+class AuditEventFilterSet(StrictFilterSet):
+    action = django_filters.CharFilter(field_name="action", help_text="Action, exact (lease.granted).")
+    action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith",
+                                              help_text="Action prefix (lease., host., quota.).")
+    actor = django_filters.CharFilter(field_name="actor", help_text="User name or system:<component>.")
+    lease = django_filters.UUIDFilter(field_name="lease_id", help_text="Events of this lease.")
+    object_type = django_filters.CharFilter(field_name="object_type", help_text="lease, host, quota, pool…")
+    object_id = django_filters.CharFilter(field_name="object_id", help_text="Id of the object acted on.")
+    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte",
+                                             help_text="At or after this time (ISO 8601).")
+    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt",
+                                             help_text="Before this time (ISO 8601).")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "action_prefix", "actor", "lease", "object_type", "object_id", "since", "until"]

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.ledger import team_usage_views
-from allocation.models import Lease, LeaseGpu, Quota, Team
+from allocation.models import AuditEvent, Lease, LeaseGpu, Quota, Team
 from pool.api.permissions import is_pool_admin
 
 
@@ -23,7 +23,9 @@ def lease_list(*, user: Any) -> QuerySet[Lease]:
 
 
 def team_list(*, user: Any) -> QuerySet[Team]:
-    qs = Team.objects.prefetch_related("members")
+    from django.contrib.auth import get_user_model
+
+    qs = Team.objects.prefetch_related(Prefetch("members", queryset=get_user_model().objects.order_by("username")))
     return qs if is_pool_admin(user) else qs.filter(members=user)
 
 
@@ -56,3 +58,19 @@ def fair_share_standing() -> dict[str, dict[str, float]]:
     return {t.name: {"decayed_gpu_hours": t.decayed_usage / 3600, "weight": t.weight,
                      "fair_share": t.decayed_usage / 3600 / t.weight, "rank": i + 1}
             for i, t in enumerate(rows)}
+
+
+def audit_event_list(*, user: Any) -> QuerySet[AuditEvent]:
+    """Audit events visible to `user`: all for a pool admin; for a member, the events of their
+    teams' leases (admin actions on hosts and quotas are for admins only)."""
+    qs = AuditEvent.objects.all()
+    if not is_pool_admin(user):
+        qs = qs.filter(lease__team__members=user)
+    return qs.order_by("-at", "-id")
+
+
+def team_gpus_held(team_ids: list[int]) -> dict[int, int]:
+    """GPUs each team holds now, over all pools (one grouped query)."""
+    rows = (LeaseGpu.objects.filter(active=True, lease__team_id__in=team_ids)
+            .values("lease__team_id").annotate(n=Count("pk")))
+    return {row["lease__team_id"]: row["n"] for row in rows}

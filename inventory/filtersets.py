@@ -5,9 +5,10 @@ import django_filters
 
 from inventory.choices import GpuState, HostState, SourceKind
 from inventory.models import Gpu, Host, Pool
+from pool.api.filtersets import BooleanFilter, IntegerFilter, StrictFilterSet
 
 
-class PoolFilterSet(django_filters.FilterSet):
+class PoolFilterSet(StrictFilterSet):
     name = django_filters.CharFilter(field_name="name", help_text="Pool name, exact.")
 
     class Meta:
@@ -15,17 +16,17 @@ class PoolFilterSet(django_filters.FilterSet):
         fields = ["name"]
 
 
-class GpuFilterSet(django_filters.FilterSet):
+class GpuFilterSet(StrictFilterSet):
     pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
     host = django_filters.CharFilter(field_name="host__name", help_text="Host name, exact.")
-    host_id = django_filters.NumberFilter(field_name="host_id", help_text="Host id.")
+    host_id = IntegerFilter(field_name="host_id", help_text="Host id.")
     source = django_filters.CharFilter(field_name="host__source__name", help_text="Source name, exact.")
     state = django_filters.MultipleChoiceFilter(choices=GpuState.choices, help_text="GPU state; repeat for several.")
     model = django_filters.CharFilter(field_name="model", lookup_expr="icontains",
                                       help_text="Substring of the model name, case-insensitive (H100).")
-    min_memory_mb = django_filters.NumberFilter(field_name="memory_mb", lookup_expr="gte",
+    min_memory_mb = IntegerFilter(field_name="memory_mb", lookup_expr="gte",
                                                 help_text="At least this much memory, MiB.")
-    mig = django_filters.BooleanFilter(field_name="parent", lookup_expr="isnull", exclude=True,
+    mig = BooleanFilter(field_name="parent", lookup_expr="isnull", exclude=True,
                                        help_text="true: MIG slices only; false: whole GPUs only.")
 
     class Meta:
@@ -33,7 +34,7 @@ class GpuFilterSet(django_filters.FilterSet):
         fields = ["pool", "host", "host_id", "source", "state", "model", "min_memory_mb", "mig"]
 
 
-class HostFilterSet(django_filters.FilterSet):
+class HostFilterSet(StrictFilterSet):
     name = django_filters.CharFilter(field_name="name", help_text="Host name, exact.")
     source = django_filters.CharFilter(field_name="source__name", help_text="Source name, exact.")
     kind = django_filters.ChoiceFilter(field_name="source__kind", choices=SourceKind.choices,

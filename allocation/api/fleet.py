@@ -1,57 +1,74 @@
 """Inventory endpoints with the admin actions that involve leases: cordon, drain, uncordon, move.
-Pool listings gain pending counts."""
+Pool listings gain pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count, Q, Sum
-from drf_spectacular.utils import extend_schema
+from django.db.models import Count, Sum
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocation.models import LeaseGpu
+from allocation.choices import LeaseState
+from allocation.models import Lease, LeaseGpu
 from allocation.services_admin import capacity_move, host_admin_action
 from inventory.api import views as inventory_views
 from inventory.api.serializers import GpuMoveSerializer, GpuSerializer, HostSerializer
+from inventory.models import Gpu, Pool
 from inventory.selectors import gpu_list, host_list
 from pool.api.permissions import IsPoolAdmin
 
 
+@extend_schema_view(list=extend_schema(summary="List pools"), retrieve=extend_schema(summary="Read a pool"))
 class PoolViewSet(inventory_views.PoolViewSet):
-    def get_queryset(self):  # type: ignore[no-untyped-def]
-        return super().get_queryset().annotate(
-            pending=Count("leases", filter=Q(leases__state="pending"), distinct=True),
-            pending_gpus=Sum("leases__gpu_count", filter=Q(leases__state="pending"), default=0),
-        )
+    def decorate(self, pools: list[Pool]) -> list[Pool]:
+        pools = super().decorate(pools)
+        pending = {row["pool_id"]: row for row in Lease.objects.filter(
+            pool_id__in=[p.pk for p in pools], state=LeaseState.PENDING).values("pool_id").annotate(
+            n=Count("pk"), gpus=Sum("gpu_count")).order_by()}
+        for pool in pools:
+            row = pending.get(pool.pk, {})
+            pool.pending, pool.pending_gpus = row.get("n", 0), row.get("gpus", 0)
+        return pools
 
 
+@extend_schema_view(list=extend_schema(summary="List hosts"), retrieve=extend_schema(summary="Read a host"))
 class HostViewSet(inventory_views.HostViewSet):
     def _admin_action(self, request: Request, verb: str) -> Response:
         host = host_admin_action(host=self.get_object(), verb=verb, actor=request.user.username)
         return Response(HostSerializer(host_list().get(pk=host.pk)).data)
 
-    @extend_schema(request=None, responses=HostSerializer)
+    @extend_schema(summary="Cordon a host (pool admins)", request=None, responses=HostSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def cordon(self, request: Request, pk: str | None = None) -> Response:
         """Stop new leases on this host; running leases continue."""
         return self._admin_action(request, "cordon")
 
-    @extend_schema(request=None, responses=HostSerializer)
+    @extend_schema(summary="Drain a host (pool admins)", request=None, responses=HostSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def drain(self, request: Request, pk: str | None = None) -> Response:
         """Cordon, and end the host's leases with notice (their grace period applies)."""
         return self._admin_action(request, "drain")
 
-    @extend_schema(request=None, responses=HostSerializer)
+    @extend_schema(summary="Uncordon a host (pool admins)", request=None, responses=HostSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """Accept new leases on this host again."""
         return self._admin_action(request, "uncordon")
 
 
+@extend_schema_view(list=extend_schema(summary="List GPUs"), retrieve=extend_schema(summary="Read a GPU"))
 class GpuViewSet(inventory_views.GpuViewSet):
+    _gpu_leases: dict[int, str]
+
+    def _holders(self, gpus: Iterable[Gpu]) -> dict[int, str]:
+        """Which lease holds each GPU: one query for the whole page."""
+        return {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(
+            active=True, gpu_id__in=[g.pk for g in gpus]).values_list("gpu_id", "lease_id")}
+
     def get_serializer_context(self) -> dict[str, Any]:
         ctx = super().get_serializer_context()
         ctx["gpu_leases"] = getattr(self, "_gpu_leases", {})
@@ -59,18 +76,23 @@ class GpuViewSet(inventory_views.GpuViewSet):
 
     def paginate_queryset(self, queryset):  # type: ignore[no-untyped-def]
         page = super().paginate_queryset(queryset)
-        rows = page if page is not None else list(queryset)
-        # One query for the whole page: which lease holds each GPU.
-        self._gpu_leases = {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(
-            active=True, gpu_id__in=[g.pk for g in rows]).values_list("gpu_id", "lease_id")}
+        self._gpu_leases = self._holders(page if page is not None else queryset)
         return page
 
-    @extend_schema(request=GpuMoveSerializer, responses=GpuSerializer)
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        gpu = self.get_object()
+        self._gpu_leases = self._holders([gpu])
+        return Response(self.get_serializer(gpu).data)
+
+    @extend_schema(summary="Move a GPU to another pool (pool admins)", request=GpuMoveSerializer,
+                   responses=GpuSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def move(self, request: Request, uuid: str | None = None) -> Response:
-        """Move this GPU (with its MIG slices) to another pool."""
+        """Move this GPU (with its MIG slices) to another pool; a running lease keeps it until it ends."""
         gpu = self.get_object()
         body = GpuMoveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         capacity_move(gpu_ids=[gpu.pk], pool=body.validated_data["pool"], actor=request.user.username)
-        return Response(GpuSerializer(gpu_list().get(pk=gpu.pk)).data)
+        gpu = gpu_list().get(pk=gpu.pk)
+        self._gpu_leases = self._holders([gpu])
+        return Response(self.get_serializer(gpu).data)

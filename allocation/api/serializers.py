@@ -1,3 +1,6 @@
+"""Input and output serializers of the allocation API. Inputs refuse unknown fields; every field
+carries help_text, which is the API documentation (tests/api/test_openapi_schema.py checks it)."""
+
 from __future__ import annotations
 
 import re
@@ -7,11 +10,13 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from allocation.models import Lease, PriorityClass, Quota, Team
+from allocation.choices import LeaseState
+from allocation.models import AuditEvent, Lease, PriorityClass, Quota, Team
 from inventory.models import Pool
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+ENDED = ("released", "expired", "preempted", "failed", "lost")
 
 
 class StrictSerializer(serializers.Serializer):
@@ -29,14 +34,17 @@ class StrictSerializer(serializers.Serializer):
 class BindingSerializer(StrictSerializer):
     """`{"kind": "process", "command": [...], "env": {...}}` or `{"kind": "pod", "pod": {...}}`."""
 
-    kind = serializers.ChoiceField(choices=["process", "pod"])
+    kind = serializers.ChoiceField(choices=["process", "pod"],
+                                   help_text="process: started over SSH on the lease's host; pod: a Kubernetes pod.")
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
-                                    required=False, min_length=1, max_length=256)
+                                    required=False, min_length=1, max_length=256,
+                                    help_text="process: argv of the command, run with CUDA_VISIBLE_DEVICES set.")
     env = serializers.DictField(child=serializers.CharField(max_length=32768, allow_blank=True,
                                                             trim_whitespace=False),
-                                required=False)
-    namespace = serializers.CharField(required=False, max_length=63)
-    pod = serializers.DictField(required=False)
+                                required=False, help_text="process: extra environment variables.")
+    namespace = serializers.CharField(required=False, max_length=63,
+                                      help_text="pod: namespace to create it in (default: the source's).")
+    pod = serializers.DictField(required=False, help_text="pod: a Pod manifest.")
     duration_s = serializers.IntegerField(required=False, min_value=0,
                                           help_text="Simulated sources only: run time of the fake workload.")
 
@@ -60,18 +68,31 @@ class BindingSerializer(StrictSerializer):
 
 
 class LeaseCreateSerializer(StrictSerializer):
-    pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all())
-    gpus = serializers.IntegerField(min_value=1, max_value=4096)
-    model = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
-    min_memory_mb = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0)
-    min_driver_version = serializers.RegexField(r"^\d+(\.\d+)*$", required=False, default="", allow_blank=True)
-    min_cuda_version = serializers.RegexField(r"^\d+(\.\d+)*$", required=False, default="", allow_blank=True)
-    team = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
-    priority_class = serializers.CharField(required=False, allow_null=True, max_length=64, default=None)
-    ttl_seconds = serializers.IntegerField(required=False, min_value=1, allow_null=True, default=None)
-    same_host = serializers.BooleanField(required=False, default=True)
-    requeue_on_loss = serializers.BooleanField(required=False, default=False)
-    binding = BindingSerializer(required=False, allow_null=True, default=None)
+    pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all(),
+                                        help_text="Name of the pool to draw GPUs from.")
+    gpus = serializers.IntegerField(min_value=1, max_value=4096, help_text="How many GPUs.")
+    model = serializers.CharField(required=False, allow_blank=True, max_length=255, default="",
+                                  help_text="Case-insensitive substring of the model name; `A100|H100` "
+                                            "accepts several. All GPUs of a lease are of one model.")
+    min_memory_mb = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0,
+                                             help_text="Each GPU has at least this much memory, MiB.")
+    min_driver_version = serializers.RegexField(r"^(\d+(\.\d+)*)?$", required=False, default="", allow_blank=True,
+                                                help_text="Hosts with at least this NVIDIA driver version.")
+    min_cuda_version = serializers.RegexField(r"^(\d+(\.\d+)*)?$", required=False, default="", allow_blank=True,
+                                              help_text="Hosts with at least this CUDA version.")
+    team = serializers.CharField(required=False, allow_null=True, max_length=64, default=None,
+                                 help_text="Team to charge; may be left out when you are in one team.")
+    priority_class = serializers.CharField(required=False, allow_null=True, max_length=64, default=None,
+                                           help_text="Priority class name; `default` when left out.")
+    ttl_seconds = serializers.IntegerField(required=False, min_value=1, allow_null=True, default=None,
+                                           help_text="Seconds a granted lease lives without renewal "
+                                                     "(server default when left out).")
+    same_host = serializers.BooleanField(required=False, default=True,
+                                         help_text="All GPUs on one host (true) or spread over hosts (false).")
+    requeue_on_loss = serializers.BooleanField(required=False, default=False,
+                                               help_text="When its host is lost, queue the lease again.")
+    binding = BindingSerializer(required=False, allow_null=True, default=None,
+                                help_text="Workload to start on the granted GPUs; null for none.")
 
     def validate_ttl_seconds(self, value: int | None) -> int | None:
         limit = settings.GPUPOOL["MAX_TTL_S"]
@@ -81,21 +102,30 @@ class LeaseCreateSerializer(StrictSerializer):
 
 
 class RenewSerializer(StrictSerializer):
-    ttl_seconds = serializers.IntegerField(required=False, min_value=1, allow_null=True, default=None)
+    ttl_seconds = serializers.IntegerField(required=False, min_value=1, allow_null=True, default=None,
+                                           help_text="New TTL in seconds; the lease's own TTL when left out.")
 
 
 class ReleaseSerializer(StrictSerializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
+                                   help_text="Why, for the audit trail.")
 
 
 class LeaseSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="team.name", read_only=True)
-    user = serializers.CharField(source="user.username", read_only=True)
-    pool = serializers.CharField(source="pool.name", read_only=True)
-    priority_class = serializers.CharField(source="priority_class.name", read_only=True)
-    host = serializers.CharField(source="host.name", read_only=True, default=None, allow_null=True)
-    gpus = serializers.SerializerMethodField()
-    binding = serializers.SerializerMethodField()
+    state = serializers.ChoiceField(choices=LeaseState.choices, read_only=True,
+                                    help_text="pending → granted → bound → released | expired | preempted "
+                                              "| failed | lost.")
+    team = serializers.CharField(source="team.name", read_only=True, help_text="Team charged.")
+    user = serializers.CharField(source="user.username", read_only=True, help_text="Who asked.")
+    pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool.")
+    priority_class = serializers.CharField(source="priority_class.name", read_only=True,
+                                           help_text="Priority class name.")
+    host = serializers.CharField(source="host.name", read_only=True, default=None, allow_null=True,
+                                 help_text="Host of the granted GPUs (first host when spread); null while pending.")
+    gpus = serializers.SerializerMethodField(help_text="UUIDs of the granted GPUs (empty while pending).")
+    binding = serializers.SerializerMethodField(help_text="The workload with its live status, or null.")
+    preempted_by = serializers.UUIDField(source="preempted_by_id", read_only=True, allow_null=True,
+                                         help_text="Lease that preempted this one, or null.")
 
     class Meta:
         model = Lease
@@ -104,16 +134,38 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
                   "granted_at", "expires_at", "ended_at", "reason", "queue_position",
                   "estimated_start", "binding", "preempted_by"]
+        read_only_fields = fields
+        extra_kwargs = {
+            "id": {"help_text": "Lease id (UUID)."},
+            "gpu_count": {"help_text": "GPUs asked for."},
+            "model": {"help_text": "Model pattern asked for (empty: any)."},
+            "min_memory_mb": {"help_text": "Minimum memory per GPU asked for, MiB."},
+            "min_driver_version": {"help_text": "Minimum driver version asked for."},
+            "min_cuda_version": {"help_text": "Minimum CUDA version asked for."},
+            "same_host": {"help_text": "Whether all GPUs must be on one host."},
+            "borrowed": {"help_text": "Granted beyond the team's guaranteed share (may be reclaimed)."},
+            "requeue_on_loss": {"help_text": "Queued again when its host is lost."},
+            "ttl_seconds": {"help_text": "Lifetime without renewal, seconds."},
+            "created_at": {"help_text": "When it was requested."},
+            "granted_at": {"help_text": "When GPUs were granted; null while pending."},
+            "expires_at": {"help_text": "When a granted lease expires unless renewed."},
+            "ended_at": {"help_text": "When it ended; null while active."},
+            "reason": {"help_text": "Why it is pending, or why it ended, in words."},
+            "queue_position": {"help_text": "1-based place in its pool's queue while pending; null otherwise."},
+            "estimated_start": {"help_text": "When a pending lease is expected to start, if the scheduler "
+                                             "can tell; null otherwise."},
+        }
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_gpus(self, lease: Lease) -> list[str]:
-        # Uses the prefetched links (see LeaseViewSet.get_queryset): no query per lease.
-        links = [link for link in lease.gpu_links.all() if link.active or lease.state in ("released",
-                 "expired", "preempted", "failed", "lost")]
+        # Uses the prefetched links (see allocation.selectors.lease_list): no query per lease.
+        links = [link for link in lease.gpu_links.all() if link.active or lease.state in ENDED]
         return [link.gpu.uuid for link in sorted(links, key=lambda lk: (lk.gpu.host_id, lk.gpu.index))]
 
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
-        "kind": {"type": "string"}, "spec": {"type": "object"}, "status": {"type": "object"}}})
+        "kind": {"type": "string", "description": "process or pod"},
+        "spec": {"type": "object", "description": "The binding as requested."},
+        "status": {"type": "object", "description": "Live status: state, exit_code, reason, handle."}}})
     def get_binding(self, lease: Lease) -> dict[str, Any] | None:
         if not lease.binding_spec:
             return None
@@ -122,33 +174,72 @@ class LeaseSerializer(serializers.ModelSerializer):
 
 
 class TeamSerializer(serializers.ModelSerializer):
-    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
-    fair_share = serializers.FloatField(read_only=True, help_text="Decayed GPU-seconds ÷ weight.")
-    decayed_usage_gpu_hours = serializers.FloatField(read_only=True)
+    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True,
+                                           help_text="User names of the members.")
+    gpus_held = serializers.IntegerField(read_only=True, help_text="GPUs the team holds now, all pools.")
+    fair_share = serializers.FloatField(read_only=True,
+                                        help_text="Decayed GPU-hours ÷ weight; lower is served first.")
+    decayed_usage_gpu_hours = serializers.FloatField(read_only=True,
+                                                     help_text="Usage with the configured half-life, GPU-hours.")
 
     class Meta:
         model = Team
-        fields = ["id", "name", "weight", "members", "decayed_usage_gpu_hours", "fair_share"]
+        fields = ["id", "name", "weight", "members", "gpus_held", "decayed_usage_gpu_hours", "fair_share"]
+        extra_kwargs = {"id": {"help_text": "Numeric id."}, "name": {"help_text": "Team name."},
+                        "weight": {"help_text": "Fair-share weight (2 = twice the share of 1)."}}
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="team.name", read_only=True)
-    pool = serializers.CharField(source="pool.name", read_only=True)
-    used = serializers.IntegerField(read_only=True)
-    borrowed = serializers.IntegerField(read_only=True)
-    pending = serializers.IntegerField(read_only=True)
+    team = serializers.CharField(source="team.name", read_only=True, help_text="Team name.")
+    pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool name.")
+    used = serializers.IntegerField(read_only=True, help_text="GPUs the team holds in the pool.")
+    borrowed = serializers.IntegerField(read_only=True, help_text="Of those, GPUs beyond the guarantee.")
+    pending = serializers.IntegerField(read_only=True, help_text="GPUs asked by the team's pending leases.")
 
     class Meta:
         model = Quota
         fields = ["id", "team", "pool", "guaranteed", "limit", "used", "borrowed", "pending"]
+        read_only_fields = fields
+        extra_kwargs = {"id": {"help_text": "Numeric id (used in the PATCH URL)."},
+                        "guaranteed": {"help_text": "GPUs the team can always reach, by preemption if need be."},
+                        "limit": {"help_text": "Ceiling on GPUs held; null: may borrow all idle GPUs."}}
 
 
 class QuotaUpdateSerializer(StrictSerializer):
-    guaranteed = serializers.IntegerField(required=False, min_value=0, max_value=10**6)
-    limit = serializers.IntegerField(required=False, min_value=0, max_value=10**6, allow_null=True)
+    guaranteed = serializers.IntegerField(required=False, min_value=0, max_value=10**6,
+                                          help_text="New guaranteed GPUs.")
+    limit = serializers.IntegerField(required=False, min_value=0, max_value=10**6, allow_null=True,
+                                     help_text="New limit; null removes the ceiling.")
 
 
 class PriorityClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
         fields = ["name", "value", "preemptible", "min_runtime_s", "grace_s"]
+        extra_kwargs = {
+            "name": {"help_text": "Name used in lease requests."},
+            "value": {"help_text": "Higher values are served first and may preempt lower ones."},
+            "preemptible": {"help_text": "Leases of this class may be preempted."},
+            "min_runtime_s": {"help_text": "Not preempted before running this long."},
+            "grace_s": {"help_text": "Notice a preempted workload gets before it is killed."},
+        }
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    lease = serializers.UUIDField(source="lease_id", read_only=True, allow_null=True,
+                                  help_text="Lease concerned, or null.")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "at", "actor", "action", "object_type", "object_id", "lease", "message", "data"]
+        read_only_fields = fields
+        extra_kwargs = {
+            "id": {"help_text": "Numeric id."},
+            "at": {"help_text": "When it happened."},
+            "actor": {"help_text": "User name, or system:<component>."},
+            "action": {"help_text": "What happened: lease.granted, host.drain, quota.update…"},
+            "object_type": {"help_text": "Kind of object acted on."},
+            "object_id": {"help_text": "Id of the object acted on."},
+            "message": {"help_text": "Who and why, in words."},
+            "data": {"help_text": "Details (from/to states, GPUs, before/after values)."},
+        }

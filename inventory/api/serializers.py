@@ -33,7 +33,7 @@ class PoolSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object", "additionalProperties": {
         "type": "object", "properties": {"total": {"type": "integer"}, "free": {"type": "integer"}}}})
     def get_models(self, pool: Pool) -> dict[str, Any]:
-        return self.context.get("per_model", {}).get(pool.pk, {})
+        return getattr(pool, "per_model", {})
 
 
 class HostSerializer(serializers.ModelSerializer):
@@ -100,6 +100,29 @@ class GpuSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_lease(self, gpu: Gpu) -> str | None:
         return self.context.get("gpu_leases", {}).get(gpu.pk)
+
+    def to_representation(self, gpu: Gpu) -> dict[str, Any]:
+        """Hand-written for speed: DRF's per-field machinery costs ~0.15 ms a row, and a page of
+        GPUs is the hottest read of the API. Same keys and formats as the declared fields, which
+        still define the schema (tests/api/test_gpu_representation.py compares the two)."""
+        when = _DATETIME.to_representation
+        return {
+            "uuid": gpu.uuid, "index": gpu.index, "host": gpu.host.name, "pool": gpu.pool.name,
+            "model": gpu.model, "memory_mb": gpu.memory_mb, "mig_profile": gpu.mig_profile,
+            "parent_uuid": gpu.parent.uuid if gpu.parent_id else "", "state": gpu.state,
+            "health": gpu.health, "health_reason": gpu.health_reason, "shared_replicas": gpu.shared_replicas,
+            "utilization_pct": gpu.utilization_pct, "memory_used_mb": gpu.memory_used_mb,
+            "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
+            "telemetry_at": when(gpu.telemetry_at) if gpu.telemetry_at else None,
+            "lease": self.get_lease(gpu),
+        }
+
+    def generic_representation(self, gpu: Gpu) -> dict[str, Any]:
+        """DRF's own field-by-field rendering (the reference the fast path is tested against)."""
+        return dict(super().to_representation(gpu))
+
+
+_DATETIME = serializers.DateTimeField()
 
 
 class GpuMoveSerializer(serializers.Serializer):

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.request import Request
+from rest_framework.response import Response
+
 from inventory.api.serializers import GpuSerializer, HostSerializer, PoolSerializer
 from inventory.filtersets import GpuFilterSet, HostFilterSet, PoolFilterSet
-from inventory.selectors import gpu_list, host_list, pool_list, pool_per_model
+from inventory.models import Pool
+from inventory.selectors import gpu_list, host_list, pool_stats
 from pool.api.viewsets import ReadOnlyViewSet
 
 
@@ -20,13 +24,24 @@ class PoolViewSet(ReadOnlyViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
-        return pool_list()
+        return Pool.objects.order_by("name")
 
-    def get_serializer_context(self) -> dict[str, Any]:
-        ctx = super().get_serializer_context()
-        # One grouped query for every pool; a pool's share is looked up by pk in the serializer.
-        ctx["per_model"] = pool_per_model(self.get_queryset().values_list("pk", flat=True))
-        return ctx
+    def decorate(self, pools: list[Pool]) -> list[Pool]:
+        """Sets the counts the serializer reads, for a page of pools in one grouped query (pools are
+        few, GPUs many: aggregating them per pool in the listing query cost ~100 ms at 16,000)."""
+        stats = pool_stats([p.pk for p in pools])
+        for pool in pools:
+            row = stats.get(pool.pk, {})
+            pool.capacity, pool.allocated, pool.free = (row.get(k, 0) for k in ("capacity", "allocated", "free"))
+            pool.per_model = row.get("models", {})
+        return pools
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(list(self.filter_queryset(self.get_queryset())))
+        return self.get_paginated_response(self.get_serializer(self.decorate(list(page or [])), many=True).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.get_serializer(self.decorate([self.get_object()])[0]).data)
 
 
 class HostViewSet(ReadOnlyViewSet):
@@ -39,6 +54,11 @@ class HostViewSet(ReadOnlyViewSet):
         return host_list()
 
 
+GPU_COLUMNS = ("uuid", "index", "host_id", "pool_id", "parent_id", "model", "memory_mb", "mig_profile", "state",
+               "health", "health_reason", "shared_replicas", "utilization_pct", "memory_used_mb", "temperature_c",
+               "power_w", "telemetry_at", "host__name", "pool__name", "parent__uuid")
+
+
 class GpuViewSet(ReadOnlyViewSet):
     """GPUs and MIG slices with state and latest telemetry."""
 
@@ -48,4 +68,8 @@ class GpuViewSet(ReadOnlyViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):  # type: ignore[no-untyped-def]
-        return gpu_list()
+        # Host id (discovery order) rather than host name: the GPU's own host_id index then serves
+        # `?limit=100` pages without sorting the whole fleet (0.5 ms instead of ~100 ms at 16,000).
+        # Only the columns the representation reads: hosts carry JSON labels and taints that would
+        # otherwise be decoded 100 times a page.
+        return gpu_list().order_by("host_id", "parent_id", "index", "uuid").only(*GPU_COLUMNS)

@@ -1,7 +1,9 @@
 """One exception handler, one error body: `{"code", "message", "details"}`.
 
-Domain errors raised by services (`allocation.errors.DomainError` and subclasses) map to 400/404/409
-with their own code; DRF and Django errors keep their status with a stable code.
+Domain errors raised by services (`pool.errors.DomainError` and subclasses) map to 400/403/404/409
+with their own code; DRF and Django errors keep their status with a stable code. Errors raised
+before a request reaches DRF (an unknown URL, a bad Host header, a body over the size limit) are
+answered by the Django-level handlers below, with the same body for every path under /api/.
 """
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -22,7 +24,14 @@ from pool.errors import DomainError
 logger = logging.getLogger(__name__)
 
 
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "the request body is larger than the server accepts"
+    default_code = "request_too_large"
+
+
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """The one error body. `details` is omitted when empty (it carries per-field messages)."""
     body: dict[str, Any] = {"code": code, "message": message}
     if details:
         body["details"] = details
@@ -40,6 +49,8 @@ def _first_message(details: Any) -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's EXCEPTION_HANDLER. Returns None only for errors it does not know (they become a
+    logged 500 with the JSON body of `server_error`)."""
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
     if isinstance(exc, DjangoValidationError):
@@ -49,12 +60,15 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
+    elif isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge()
     if isinstance(exc, exceptions.ValidationError):
         return Response(error_body("invalid", _first_message(exc.detail), exc.detail),
                         status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.APIException):
         response = drf_exception_handler(exc, context)
-        code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else "error"
         headers = dict(response.headers) if response is not None else {}
         resp = Response(error_body(str(code), str(exc.detail)), status=exc.status_code)
         for name in ("WWW-Authenticate", "Retry-After", "Allow"):
@@ -66,3 +80,32 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(error_body("database_unavailable", "the database is unavailable; retry"),
                         status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "5"})
     return None
+
+
+# --- Django-level handlers (urls.handler400/403): JSON under /api/, Django's pages elsewhere ------
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """400 raised before DRF: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413, not a 400."""
+    if isinstance(exception, RequestDataTooBig):
+        if not _is_api(request):
+            return HttpResponse("request body too large", status=413, content_type="text/plain")
+        return JsonResponse(error_body(PayloadTooLarge.default_code, PayloadTooLarge.default_detail),
+                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if _is_api(request):
+        return JsonResponse(error_body("bad_request", "the request could not be understood"), status=400)
+    from django.views.defaults import bad_request as django_bad_request
+
+    return django_bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(error_body("permission_denied", "you may not do this"), status=403)
+    from django.views.defaults import permission_denied as django_permission_denied
+
+    return django_permission_denied(request, exception)

@@ -1,9 +1,58 @@
-"""The base viewset: read-only by default, authenticated, filtered and paginated."""
+"""The base viewsets: every API endpoint shares authentication, permissions, the body size limit,
+filtering, pagination and the error body through these (STYLE #16)."""
 
 from __future__ import annotations
 
-from rest_framework import viewsets
+from typing import Any
+
+from django.conf import settings
+from rest_framework import mixins, viewsets
+from rest_framework.generics import get_object_or_404
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+
+from pool.api.errors import PayloadTooLarge
+from pool.api.schema import GpupoolAutoSchema
 
 
-class ReadOnlyViewSet(viewsets.ReadOnlyModelViewSet):
-    """Subclasses set queryset, serializer_class and filterset_class; actions add writes."""
+def check_body_size(request: Request) -> None:
+    """Refuse a body over DATA_UPLOAD_MAX_MEMORY_SIZE with a 413 before anything parses it.
+
+    DRF's parsers read the raw stream and so bypass Django's own check on `request.body`; the
+    declared Content-Length is what the WSGI server will hand over (chunked bodies without one
+    reach DRF as empty)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None:
+        return
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        raise PayloadTooLarge(f"the request body is {length} bytes; at most {limit} are accepted")
+
+
+class ApiViewSet(viewsets.GenericViewSet):
+    """Authenticated by default; reads answer 404 for rows outside the caller's scope because
+    `get_queryset()` of each subclass is already scoped to the caller."""
+
+    permission_classes = [IsAuthenticated]
+    schema = GpupoolAutoSchema()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        check_body_size(request)
+        super().initial(request, *args, **kwargs)
+
+    def get_object(self) -> Any:
+        """The row named in the URL, within the caller's scope. Unlike DRF's default, list filters in
+        the query string do not apply (`?state=` must not hide the lease being released); a
+        malformed key is a 404 like a missing one."""
+        lookup = self.lookup_url_kwarg or self.lookup_field or "pk"
+        obj = get_object_or_404(self.get_queryset(), **{self.lookup_field or "pk": self.kwargs[lookup]})
+        self.check_object_permissions(self.request, obj)
+        return obj
+
+
+class ReadOnlyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
+    """Subclasses set queryset (or get_queryset), serializer_class and filterset_class; actions add
+    writes."""

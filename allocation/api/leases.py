@@ -1,0 +1,108 @@
+"""The lease endpoints: list/read (own teams; admins all), request, renew, release, audit trail.
+
+Views only translate: input serializers validate, services (allocation.services) decide."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.throttling import UserRateThrottle
+
+from allocation.api.serializers import (
+    AuditEventSerializer,
+    LeaseCreateSerializer,
+    LeaseSerializer,
+    ReleaseSerializer,
+    RenewSerializer,
+)
+from allocation.filtersets import LeaseFilterSet
+from allocation.models import Lease
+from allocation.selectors import lease_list
+from allocation.services import lease_create, lease_release, lease_renew
+from pool.api.viewsets import ReadOnlyViewSet
+
+
+class LeaseCreateThrottle(UserRateThrottle):
+    """Lease requests per user (`GPUPOOL_LEASE_RATE`, default 600/min); reads the rate at request
+    time so an override of REST_FRAMEWORK in tests or settings takes effect."""
+
+    scope = "lease_create"
+
+    def get_rate(self) -> str | None:
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List leases", description="Leases of your teams, newest first (admins: all)."),
+    retrieve=extend_schema(summary="Read a lease", description="Another team's lease is a 404."),
+)
+class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
+    """Leases of the caller's teams (pool admins see all). Another team's lease is a 404."""
+
+    serializer_class = LeaseSerializer
+    filterset_class = LeaseFilterSet
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return Lease.objects.none()
+        leases = lease_list(user=self.request.user)
+        # Actions re-read the lease for their answer (_out): the GPU prefetch would be wasted here.
+        return leases.prefetch_related(None) if self.action in ("renew", "release", "events") else leases
+
+    def get_throttles(self):  # type: ignore[no-untyped-def]
+        return [LeaseCreateThrottle()] if self.action == "create" else super().get_throttles()
+
+    def _out(self, lease: Lease, code: int = status.HTTP_200_OK) -> Response:
+        return Response(LeaseSerializer(lease_list(user=self.request.user).get(pk=lease.pk)).data,
+                        status=code)
+
+    @extend_schema(summary="Request GPUs", request=LeaseCreateSerializer,
+                   responses={201: LeaseSerializer, 200: LeaseSerializer},
+                   description="Creates a pending lease; a scheduling pass grants it. Answers 200 with the "
+                               "first lease for a repeated Idempotency-Key and body, 409 for a reused key "
+                               "with another body, 400 when no capacity could ever satisfy it.",
+                   parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                                                description="Same key + same body returns the same lease.")])
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = LeaseCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key = request.headers.get("Idempotency-Key", "")[:255]
+        lease, created = lease_create(user=request.user, idempotency_key=key, **body.validated_data)
+        return self._out(lease, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(summary="Renew a lease", request=RenewSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def renew(self, request: Request, pk: str | None = None) -> Response:
+        """Push the lease's expiry to now + TTL (a heartbeat). 409 for an ended lease."""
+        lease = self.get_object()
+        body = RenewSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        lease = lease_renew(lease=lease, actor=request.user.username,
+                            ttl_seconds=body.validated_data["ttl_seconds"])
+        return self._out(lease)
+
+    @extend_schema(summary="Release a lease", request=ReleaseSerializer, responses=LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """End the lease (or cancel it while pending). Releasing twice is harmless."""
+        lease = self.get_object()
+        body = ReleaseSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        lease = lease_release(lease=lease, actor=request.user.username,
+                              reason=body.validated_data["reason"])
+        return self._out(lease)
+
+    @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
+                   filters=False)
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        """Every change of state of the lease, oldest first, with who and why."""
+        lease = self.get_object()
+        events = lease.audit_events.order_by("at", "id")
+        return Response(AuditEventSerializer(events, many=True).data)

@@ -1,0 +1,124 @@
+"""Teams (with fair-share standing), quotas (PATCH by pool admins) and priority classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from allocation.api.serializers import (
+    PriorityClassSerializer,
+    QuotaSerializer,
+    QuotaUpdateSerializer,
+    TeamSerializer,
+)
+from allocation.filtersets import QuotaFilterSet
+from allocation.leases import audit
+from allocation.models import PriorityClass, Quota, Team
+from allocation.selectors import fair_share_standing, quota_list, team_gpus_held, team_list
+from allocation.triggers import request_pass
+from pool.api.permissions import IsPoolAdmin, is_pool_admin
+from pool.api.viewsets import ReadOnlyViewSet
+from pool.errors import DomainError
+
+
+@extend_schema_view(list=extend_schema(summary="List teams", description="Your teams (admins: all)."),
+                    retrieve=extend_schema(summary="Read a team", description="Another team is a 404."))
+class TeamViewSet(ReadOnlyViewSet):
+    serializer_class = TeamSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return Team.objects.none()
+        return team_list(user=self.request.user)
+
+    @staticmethod
+    def _decorate(teams: list[Team]) -> list[Team]:
+        """Sets usage and fair share on each team: two queries for the page, not two per team."""
+        standing = fair_share_standing()
+        held = team_gpus_held([t.pk for t in teams])
+        for team in teams:
+            row = standing.get(team.name, {})
+            team.fair_share = row.get("fair_share", 0.0)
+            team.decayed_usage_gpu_hours = row.get("decayed_gpu_hours", 0.0)
+            team.gpus_held = held.get(team.pk, 0)
+        return teams
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(self.get_serializer(self._decorate(list(page or [])), many=True).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(self.get_serializer(self._decorate([self.get_object()])[0]).data)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List quotas", description="Quotas of your teams (admins: all), with usage."),
+    retrieve=extend_schema(summary="Read a quota", description="Another team's quota is a 404."),
+)
+class QuotaViewSet(mixins.UpdateModelMixin, ReadOnlyViewSet):
+    serializer_class = QuotaSerializer
+    filterset_class = QuotaFilterSet
+    http_method_names = ["get", "patch", "head", "options"]
+
+    def get_queryset(self):  # type: ignore[no-untyped-def]
+        qs = Quota.objects.select_related("team", "pool").order_by("team__name", "pool__name")
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return qs.none()
+        return qs if is_pool_admin(self.request.user) else qs.filter(team__members=self.request.user)
+
+    def get_permissions(self):  # type: ignore[no-untyped-def]
+        return [IsPoolAdmin()] if self.action == "partial_update" else super().get_permissions()
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # quota_list computes usage for every visible quota in three queries; the filters pick rows.
+        ids = set(self.filter_queryset(self.get_queryset()).values_list("pk", flat=True))
+        rows = [q for q in quota_list(user=request.user) if q.pk in ids]
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(QuotaSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        row = next(q for q in quota_list(user=request.user) if q.pk == quota.pk)
+        return Response(QuotaSerializer(row).data)
+
+    @extend_schema(summary="Change a quota (pool admins)", request=QuotaUpdateSerializer,
+                   responses=QuotaSerializer)
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        quota = self.get_object()
+        body = QuotaUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        # TODO(service): this belongs in allocation.services_admin as quota_update(); kept here
+        # until that service exists so the API keeps its audit trail.
+        changes = {k: v for k, v in body.validated_data.items() if getattr(quota, k) != v}
+        new_g = changes.get("guaranteed", quota.guaranteed)
+        new_l = changes.get("limit", quota.limit)
+        if new_l is not None and new_l < new_g:
+            raise DomainError(f"limit {new_l} is below guaranteed {new_g}", code="invalid_quota")
+        with transaction.atomic():
+            before = {k: getattr(quota, k) for k in changes}
+            for key, value in changes.items():
+                setattr(quota, key, value)
+            quota.save()
+            if changes:
+                audit(actor=request.user.username, action="quota.update", obj=quota,
+                      message=f"quota {quota.team.name}@{quota.pool.name}: {before} → {changes}",
+                      data={"before": before, "after": changes}).save()
+        request_pass(quota.pool_id)
+        return self.retrieve(request, *args, **kwargs)
+
+
+@extend_schema_view(list=extend_schema(summary="List priority classes"),
+                    retrieve=extend_schema(summary="Read a priority class"))
+class PriorityClassViewSet(ReadOnlyViewSet):
+    serializer_class = PriorityClassSerializer
+    queryset = PriorityClass.objects.all()
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    pagination_class = None

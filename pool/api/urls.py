@@ -1,0 +1,30 @@
+"""The REST API's routes, all under /api/v1/ (mounted by pool.urls)."""
+
+from rest_framework.routers import DefaultRouter
+
+from allocation.api.audit import AuditEventViewSet
+from allocation.api.fleet import GpuViewSet, HostViewSet, PoolViewSet
+from allocation.api.leases import LeaseViewSet
+from allocation.api.teams import PriorityClassViewSet, QuotaViewSet, TeamViewSet
+
+
+class Router(DefaultRouter):
+    """The trailing slash is optional: `POST /api/v1/leases` must not become a redirect that drops
+    the body. (DRF turns a `trailing_slash` argument into '/' or '', hence the attribute.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trailing_slash = "/?"
+
+
+router = Router()
+router.register("pools", PoolViewSet, basename="pool")
+router.register("hosts", HostViewSet, basename="host")
+router.register("gpus", GpuViewSet, basename="gpu")
+router.register("teams", TeamViewSet, basename="team")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("priority-classes", PriorityClassViewSet, basename="priorityclass")
+router.register("leases", LeaseViewSet, basename="lease")
+router.register("audit-events", AuditEventViewSet, basename="auditevent")
+
+urlpatterns = router.urls

@@ -1,0 +1,81 @@
+"""CLI test fixtures: a live server with the demo fleet, the CLI configured for a member, and a
+background "worker" that runs scheduling passes (and binds simulated workloads) while the CLI waits.
+
+The test settings turn event-driven passes off, so without the worker nothing would be granted."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Cli:
+    run: Callable[..., tuple[int, str, str]]
+    url: str
+    token: str
+
+
+@pytest.fixture
+def server(transactional_db: Any, demo_fleet: Any, make_user: Any, live_server: Any,
+           monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """`server.run("ls", "-o", "json")` → (exit code, stdout, stderr), as alice of team vision."""
+    from rest_framework.authtoken.models import Token
+
+    from gpupool_cli.main import main
+
+    alice = make_user("alice", teams=("vision",))
+    token = Token.objects.get_or_create(user=alice)[0].key
+    monkeypatch.setenv("GPUPOOL_URL", live_server.url)
+    monkeypatch.setenv("GPUPOOL_TOKEN", token)
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "config.json"))
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return Cli(run=run, url=live_server.url, token=token)
+
+
+@pytest.fixture
+def worker() -> Iterator[threading.Event]:
+    """Every 0.2 s: a scheduling pass, binding of granted leases that carry a workload (a simulated
+    one that runs 1 s), and observation of bound workloads. Stops at the end of the test."""
+    from django.db import connection
+
+    from allocation.binding import bindings_observe, lease_bind
+    from allocation.engine import run_pass
+    from allocation.models import Lease
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        try:
+            stop.wait(0.5)  # like a real worker, a moment late: the CLI shows the pending state first
+            while not stop.is_set():
+                run_pass()
+                for lease in Lease.objects.filter(state="granted").exclude(binding_spec={}):
+                    Lease.objects.filter(pk=lease.pk).update(binding_spec={**lease.binding_spec, "duration_s": 1})
+                    lease_bind(lease.pk)
+                bindings_observe()
+                stop.wait(0.2)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=loop, name="fake-worker", daemon=True)
+    thread.start()
+    yield stop
+    stop.set()
+    thread.join(timeout=10)
+
+
+def lease_row(lease_id: str) -> Any:
+    from allocation.models import Lease
+
+    return Lease.objects.get(pk=lease_id)

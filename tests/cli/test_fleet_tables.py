@@ -1,0 +1,37 @@
+"""`gpupool pools`, `gpus` and `hosts` print aligned tables of the fleet, with filters."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pools_prints_one_aligned_row_per_pool_with_capacity(server) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = server.run("pools")
+    assert code == 0, err
+    header, *rows = out.strip().splitlines()
+    assert header.split()[:5] == ["POOL", "CAPACITY", "ALLOCATED", "FREE", "PENDING"]
+    assert [r.split()[:4] for r in rows] == [["inference", "8", "0", "8"], ["training", "32", "0", "32"]]
+    # Aligned: every column starts at the same offset on every line.
+    assert header.index("CAPACITY") + len("CAPACITY") == rows[0].index(" 8 ") + 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = server.run("gpus")
+    assert code == 0 and len(out.strip().splitlines()) == 1 + 40
+    _, out, _ = server.run("gpus", "--pool", "inference")
+    assert len(out.strip().splitlines()) == 1 + 8 and "A100" in out
+    _, out, _ = server.run("gpus", "--model", "h100", "--state", "free", "--host", "demo-node-0")
+    rows = out.strip().splitlines()[1:]
+    assert len(rows) == 8 and all("demo-node-0" in r and "free" in r for r in rows)
+    _, out, _ = server.run("gpus", "--state", "leased")
+    assert len(out.strip().splitlines()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hosts_lists_each_host_with_source_kind_and_state(server) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = server.run("hosts")
+    rows = out.strip().splitlines()
+    assert code == 0 and rows[0].split()[:6] == ["ID", "HOST", "SOURCE", "KIND", "STATE", "GPUS"]
+    assert len(rows) == 1 + 6 and all("simulated" in r and "ready" in r for r in rows[1:])

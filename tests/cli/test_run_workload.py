@@ -1,0 +1,30 @@
+"""`gpupool run -- CMD` requests a lease with a process binding, says where it runs, follows it to
+the end and exits with the workload's exit code."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli.conftest import lease_row
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = server.run("run", "--gpus", "2", "--pool", "training", "--env", "SEED=7", "--poll", "0.1",
+                                "--", "python", "train.py", "--epochs", "1")
+    assert code == 0, err
+    assert out == ""  # progress goes to stderr: stdout stays clean for scripts
+    assert "running on demo-node-" in err
+    assert "lease released: simulated workload finished" in err
+    from allocation.models import Lease
+
+    lease = Lease.objects.get()
+    assert lease.binding_spec["command"] == ["python", "train.py", "--epochs", "1"]
+    assert lease.binding_spec["env"] == {"SEED": "7"} and lease.binding_spec["kind"] == "process"
+    assert lease_row(str(lease.pk)).state == "released"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_without_a_command_is_a_usage_error(server) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = server.run("run", "--gpus", "1", "--pool", "training")
+    assert code == 2 and err.startswith("error: say what to run after --")
