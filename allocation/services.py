@@ -74,7 +74,10 @@ def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int,
     if quota is not None and quota.limit is not None and gpus > quota.limit:
         raise DomainError(f"team {team.name} may hold at most {quota.limit} GPUs in pool "
                           f"{pool.name}; asked for {gpus}", code="over_limit")
-    candidates = Gpu.objects.filter(pool=pool, gone=False, slices__isnull=True)
+    # MIG parents count only through their slices. `slices__isnull` would be a self-join checked
+    # row by row; excluding the set of parent ids is one hashed sub-select.
+    parents = Gpu.objects.filter(pool=pool, parent__isnull=False).values("parent_id")
+    candidates = Gpu.objects.filter(pool=pool, gone=False).exclude(pk__in=parents)
     if min_memory_mb:  # unknown memory never satisfies a minimum
         candidates = candidates.filter(memory_mb__gte=min_memory_mb)
     rows = candidates.values("model", "mig_profile", "host_id").annotate(n=Count("pk"))

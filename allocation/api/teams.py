@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins
 from rest_framework.request import Request
@@ -17,13 +16,11 @@ from allocation.api.serializers import (
     TeamSerializer,
 )
 from allocation.filtersets import QuotaFilterSet
-from allocation.leases import audit
 from allocation.models import PriorityClass, Quota, Team
 from allocation.selectors import fair_share_standing, quota_list, team_gpus_held, team_list
-from allocation.triggers import request_pass
+from allocation.services_admin import quota_set
 from pool.api.permissions import IsPoolAdmin, is_pool_admin
 from pool.api.viewsets import ReadOnlyViewSet
-from pool.errors import DomainError
 
 
 @extend_schema_view(list=extend_schema(summary="List teams", description="Your teams (admins: all)."),
@@ -94,23 +91,9 @@ class QuotaViewSet(mixins.UpdateModelMixin, ReadOnlyViewSet):
         quota = self.get_object()
         body = QuotaUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        # TODO(service): this belongs in allocation.services_admin as quota_update(); kept here
-        # until that service exists so the API keeps its audit trail.
-        changes = {k: v for k, v in body.validated_data.items() if getattr(quota, k) != v}
-        new_g = changes.get("guaranteed", quota.guaranteed)
-        new_l = changes.get("limit", quota.limit)
-        if new_l is not None and new_l < new_g:
-            raise DomainError(f"limit {new_l} is below guaranteed {new_g}", code="invalid_quota")
-        with transaction.atomic():
-            before = {k: getattr(quota, k) for k in changes}
-            for key, value in changes.items():
-                setattr(quota, key, value)
-            quota.save()
-            if changes:
-                audit(actor=request.user.username, action="quota.update", obj=quota,
-                      message=f"quota {quota.team.name}@{quota.pool.name}: {before} → {changes}",
-                      data={"before": before, "after": changes}).save()
-        request_pass(quota.pool_id)
+        data = body.validated_data
+        quota_set(quota=quota, guaranteed=data.get("guaranteed", quota.guaranteed),
+                  limit=data.get("limit", quota.limit), actor=request.user.username)
         return self.retrieve(request, *args, **kwargs)
 
 
