@@ -16,10 +16,11 @@ from django.utils import timezone
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.leases import lease_end, lease_free_gpus, transition
 from allocation.models import Lease, PriorityClass, Quota, Team
-from allocation.policy import placement
+from allocation.policy import matching
 from allocation.triggers import request_pass
 from inventory.choices import HostState
-from inventory.models import Gpu, Pool
+from inventory.models import Pool
+from inventory.selectors import pool_capacity_profile
 from pool.errors import Conflict, DomainError, Forbidden, NotFound
 
 S = LeaseState
@@ -64,8 +65,8 @@ def _resolve_priority(name: str | None) -> PriorityClass:
 
 def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
     """The policy's own matching rule (a MIG slice only for a request naming MIG or its profile)."""
-    kind = placement.Kind(model_name, mig_profile, 0, "", "", False, None)
-    return placement.model_matches(kind, placement.model_alternatives(pattern))
+    kind = matching.Kind(model_name, mig_profile)
+    return matching.model_matches(kind, matching.model_alternatives(pattern))
 
 
 def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
@@ -74,18 +75,9 @@ def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int,
     if quota is not None and quota.limit is not None and gpus > quota.limit:
         raise DomainError(f"team {team.name} may hold at most {quota.limit} GPUs in pool "
                           f"{pool.name}; asked for {gpus}", code="over_limit")
-    # MIG parents count only through their slices. `slices__isnull` would be a self-join checked
-    # row by row; excluding the set of parent ids is one hashed sub-select.
-    parents = Gpu.objects.filter(pool=pool, parent__isnull=False).values("parent_id")
-    candidates = Gpu.objects.filter(pool=pool, gone=False).exclude(pk__in=parents)
-    if min_memory_mb:  # unknown memory never satisfies a minimum
-        candidates = candidates.filter(memory_mb__gte=min_memory_mb)
-    rows = candidates.values("model", "mig_profile", "host_id").annotate(n=Count("pk"))
-    per_model_host: dict[tuple[str, str], list[int]] = {}
-    for row in rows:
-        if _model_matches(row["model"], row["mig_profile"], model):
-            per_model_host.setdefault((row["model"], row["mig_profile"]), []).append(row["n"])
-    best = max((max(ns) if same_host else sum(ns) for ns in per_model_host.values()), default=0)
+    matching_kinds = [(most, total) for m, mig, memory, most, total in pool_capacity_profile(pool.pk)
+                      if _model_matches(m, mig, model) and (not min_memory_mb or memory >= min_memory_mb)]
+    best = max((most if same_host else total for most, total in matching_kinds), default=0)
     if best < gpus:
         where = "on one host" if same_host else "in total"
         what = f" of model {model}" if model else ""

@@ -71,8 +71,9 @@ def gpus_move(*, gpus: Iterable[Gpu], pool: Pool) -> int:
     """Move GPUs (with their MIG slices) to another pool. Leases keep running on them; the
     caller (allocation.services.capacity_move) decides about leases left over-limit."""
     ids = {g.pk for g in gpus}
+    sources = set(Gpu.objects.filter(pk__in=ids).values_list("pool_id", flat=True))
     with transaction.atomic():
         moved = Gpu.objects.filter(pk__in=ids).exclude(pool=pool).update(pool=pool)
         moved += Gpu.objects.filter(parent_id__in=ids).exclude(pool=pool).update(pool=pool)
-    inventory_changed.send(sender=Gpu, pool_ids={pool.pk})
+    inventory_changed.send(sender=Gpu, pool_ids=sources | {pool.pk})
     return moved

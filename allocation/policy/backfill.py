@@ -21,20 +21,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocation.policy.placement import Exclusions, Group
-from allocation.policy.state import PoolState
+from allocation.policy.state import LeaseState, PoolState
 from allocation.policy.types import RequestView
 
 Order = tuple[int, int]  # (tier, -priority): a request is behind a head when its order is >=.
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Reservation:
-    lease_id: str
-    gpus: int
+    """A blocked head. Where and when it will start is worked out lazily (`realize`): only when
+    a request behind it could start now, or when the pass reports estimated starts. Until then
+    nothing that could change the answer has happened: any request that would have taken GPUs
+    of its kinds realizes it first."""
+
+    req: RequestView
+    groups: tuple[Group, ...]
     order: Order
-    kinds: frozenset[int]
-    hosts: frozenset[str] | None  # None: all GPUs of `kinds` (a pool-wide head)
-    start: float | None  # estimated start of the head; None when unknown
+    kinds: frozenset[int]  # before realize: every eligible kind; after: the chosen group's
+    pending_index: int  # where its Pending entry is, to fill in the estimated start
+    hosts: frozenset[str] | None = None  # None: all GPUs of `kinds` (a pool-wide head)
+    start: float | None = None  # estimated start of the head; None when unknown
+    realized: bool = False
+
+
+def hold(req: RequestView, groups: Sequence[Group], order: Order,
+         pending_index: int) -> Reservation:
+    kinds = frozenset(kid for group in groups for kid in group.kinds)
+    return Reservation(req, tuple(groups), order, kinds, pending_index)
 
 
 def _start(have: int, need: int, releases: list[tuple[float, int]], now: float) -> float:
@@ -52,11 +65,13 @@ def _release_time(expected_end: float | None) -> float:
     return math.inf if expected_end is None else expected_end
 
 
-def reserve(pool: PoolState, req: RequestView, groups: Sequence[Group], order: Order,
-            now: float) -> Reservation:
-    """Where and when the blocked `req` will start soonest: the reservation that protects it."""
+def realize(pool: PoolState, res: Reservation, now: float) -> None:
+    """Pick where the head will start soonest and when; narrow the reservation to it."""
+    if res.realized:
+        return
+    req = res.req
     best: tuple[float, float, str | None, Group] | None = None
-    for group in groups:
+    for group in res.groups:
         if req.same_host:
             per_host: dict[str, int] = {}
             for kid in group.kinds:
@@ -67,52 +82,56 @@ def reserve(pool: PoolState, req: RequestView, groups: Sequence[Group], order: O
                     continue
                 have = pool.index.free_on(host, group) + pool.ending_on(host, group)
                 releases = [(_release_time(lease.expected_end), lease.on(host, group))
-                            for lease in pool.by_host.get(host, ()) if not lease.ending]
+                            for lease in pool.by_host.get(host, ())
+                            if not lease.ending and lease.lease_id not in pool.stopped]
                 when = _start(have, req.gpus, [r for r in releases if r[1]], now)
-                key = (when, -have, host, group)
-                if best is None or key[:2] < best[:2]:
-                    best = key
+                if best is None or (when, -have) < best[:2]:
+                    best = (when, -have, host, group)
         else:
             have = pool.index.free_in(group) + pool.ending_in(group)
+            seen: dict[int, LeaseState] = {}
+            for leases in pool.by_host.values():
+                for lease in leases:
+                    seen.setdefault(id(lease), lease)
             releases = [(_release_time(lease.expected_end), lease.in_group(group))
-                        for lease in _all_leases(pool) if not lease.ending]
+                        for lease in seen.values()
+                        if not lease.ending and lease.lease_id not in pool.stopped]
             when = _start(have, req.gpus, [r for r in releases if r[1]], now)
-            key = (when, -have, None, group)
-            if best is None or key[:2] < best[:2]:
-                best = key
-    assert best is not None, "reserve() needs at least one group that can hold the request"
+            if best is None or (when, -have) < best[:2]:
+                best = (when, -have, None, group)
+    assert best is not None, "a head has at least one group that can hold it"
     when, _, host, group = best
-    return Reservation(req.lease_id, req.gpus, order, frozenset(group.kinds),
-                       None if host is None else frozenset({host}),
-                       None if math.isinf(when) else when)
+    res.kinds = frozenset(group.kinds)
+    res.hosts = None if host is None else frozenset({host})
+    res.start = None if math.isinf(when) else when
+    res.realized = True
 
 
-def _all_leases(pool: PoolState) -> list:
-    seen: dict[int, object] = {}
-    for leases in pool.by_host.values():
-        for lease in leases:
-            seen.setdefault(id(lease), lease)
-    return list(seen.values())
-
-
-def constraints(reservations: Sequence[Reservation], req: RequestView, groups: Sequence[Group],
-                order: Order, now: float) -> tuple[Exclusions | None, Reservation | None]:
-    """What `req` must avoid so as not to delay any head ahead of it: (exclusions, the first
-    head it defers to), or (None, None) when it is free to go anywhere."""
+def heads_ahead(reservations: Sequence[Reservation], groups: Sequence[Group],
+                order: Order) -> list[Reservation]:
+    """The heads a request of this order and these groups is behind (may over-approximate
+    until realized). A request behind a head never becomes a head, nor preempts."""
+    if not reservations:
+        return []
     kinds = {kid for group in groups for kid in group.kinds}
-    ahead = [r for r in reservations if order >= r.order and r.kinds & kinds]
-    if not ahead:
-        return None, None
-    if req.expected_duration_s is not None:
-        ends = now + req.expected_duration_s
-        ahead = [r for r in ahead if r.start is None or ends > r.start]
-        if not ahead:
-            return None, None
+    return [r for r in reservations if order >= r.order and r.kinds & kinds]
+
+
+def exclusions(pool: PoolState, ahead: Sequence[Reservation], req: RequestView,
+               groups: Sequence[Group], now: float) -> Exclusions | None:
+    """What `req` must avoid so as not to delay the heads ahead of it (None: nothing): their
+    reserved GPUs, unless it is known to end before their estimated start."""
+    kinds = {kid for group in groups for kid in group.kinds}
     exclude: dict[int, frozenset[str] | None] = {}
-    for reservation in ahead:
-        for kid in reservation.kinds:
-            if reservation.hosts is None or (kid in exclude and exclude[kid] is None):
+    ends = None if req.expected_duration_s is None else now + req.expected_duration_s
+    for res in ahead:
+        realize(pool, res, now)
+        if not res.kinds & kinds or (ends is not None and res.start is not None
+                                     and ends <= res.start):
+            continue
+        for kid in res.kinds:
+            if res.hosts is None or (kid in exclude and exclude[kid] is None):
                 exclude[kid] = None
             else:
-                exclude[kid] = (exclude.get(kid) or frozenset()) | reservation.hosts
-    return exclude, ahead[0]
+                exclude[kid] = (exclude.get(kid) or frozenset()) | res.hosts
+    return exclude or None

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocation.policy.placement import (
-    FreeIndex,
-    Group,
-    kind_eligible,
-    model_alternatives,
-    model_matches,
-)
+from allocation.policy.matching import kind_eligible, model_alternatives, model_matches
+from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.types import RequestView
 
 _MAX_NAMES = 3

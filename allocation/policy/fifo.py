@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from allocation.policy import explain
-from allocation.policy.placement import constraint_of
+from allocation.policy.placement import capacity_bound
 from allocation.policy.state import build_pass, definitive, queue_order
 from allocation.policy.types import Decisions, Grant, Pending, RequestView, Snapshot
 
@@ -38,7 +38,7 @@ def schedule(snapshot: Snapshot) -> Decisions:
                 pending(req, explain.no_match(req, pool.index if pool else None)
                         if req.gpus > 0 else "asks for no GPUs", definitive(pool))
                 continue
-            bound = max(g.capacity_block if req.same_host else g.capacity_total for g in groups)
+            bound = capacity_bound(groups, req.same_host)
             limit = quota.limit(req.team, name)
             if req.gpus > bound or (limit is not None and req.gpus > limit):
                 pending(req, explain.too_big(req, groups) if req.gpus > bound
@@ -48,7 +48,7 @@ def schedule(snapshot: Snapshot) -> Decisions:
             if not quota.fits_limit(req.team, name, req.gpus):
                 pending(req, explain.at_limit(req, limit or 0, quota.held[(req.team, name)]))
                 continue
-            shape = (constraint_of(req), req.same_host, req.team if pool.index.has_shared else "")
+            shape = (id(groups), req.same_host)  # groups are cached per constraints (and team)
             placement = None
             if req.gpus < no_fit.get(shape, 1 << 30):
                 placement = pool.index.find(groups, req.gpus, req.same_host)

@@ -1,164 +1,30 @@
-"""Matching GPUs to requests, and best-fit placement over an index of free GPUs.
+"""Best-fit placement over an index of the free GPUs of one pool during one pass.
 
-Vocabulary:
-- *kind*: GPUs interchangeable for matching (model, MIG profile, memory, driver, CUDA,
-  time-slicing, shared team). A pool has a handful of kinds, so eligibility is decided once per
-  (request constraints, kind) and cached, never per GPU.
+Vocabulary (see matching.py for kinds and layouts):
 - *group*: the eligible kinds of one model and one sharing mode; a lease takes GPUs from one
   group only ("all GPUs of one lease are of one model"; time-sliced replicas never mixed with
   exclusive GPUs).
 - *block*: the free GPUs of one kind on one host. Hosts are bucketed by block size so that the
   best fit (smallest sufficient block) is found in O(GPUs per host), not O(hosts).
-
-Pure: no Django, no I/O. The static layout of a GPU tuple is memoised by identity, so a caller
-that passes the same `Snapshot.gpus` tuple pass after pass (the simulator) pays for it once.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from allocation.policy.types import GpuView, RequestView
+from allocation.policy.freebase import FreeBase
+from allocation.policy.matching import (
+    Constraint,
+    Kind,
+    PoolLayout,
+    constraint_of,
+    kind_eligible,
+)
+from allocation.policy.types import RequestView
 
-_DIGITS = re.compile(r"\d+")
-
-# (model, min_memory_mb, min_driver_version, min_cuda_version): what a request asks of each GPU.
-Constraint = tuple[str, int, str, str]
 # Per kind id: None excludes the whole kind, a set excludes those hosts (backfill reservations).
 Exclusions = Mapping[int, frozenset[str] | None]
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    """'535.54.03' -> (535, 54, 3); '' or text without digits -> ()."""
-    return tuple(int(part) for part in _DIGITS.findall(text or ""))
-
-
-def version_at_least(have: str, need: str) -> bool:
-    """Numeric comparison, missing parts read as 0: '535.54.03' >= '525', '12.4' >= '12.4.0'.
-    An empty or digit-free requirement is no requirement; an unknown version meets none."""
-    want = parse_version(need)
-    if not want:
-        return True
-    got = parse_version(have)
-    if not got:
-        return False
-    width = max(len(got), len(want))
-    return got + (0,) * (width - len(got)) >= want + (0,) * (width - len(want))
-
-
-def model_alternatives(model: str) -> tuple[str, ...]:
-    """'A100 | h100' -> ('a100', 'h100'); '' -> () (any model)."""
-    return tuple(part.strip().lower() for part in model.split("|") if part.strip())
-
-
-def constraint_of(req: RequestView) -> Constraint:
-    return (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
-
-
-@dataclass(frozen=True)
-class Kind:
-    model: str
-    mig_profile: str = ""
-    memory_mb: int = 0
-    driver_version: str = ""
-    cuda_version: str = ""
-    time_sliced: bool = False
-    shared_team: str | None = None
-
-    @property
-    def group_key(self) -> tuple[str, str, bool]:
-        return (self.model, self.mig_profile, self.time_sliced)
-
-    @property
-    def label(self) -> str:
-        text = f"{self.model} MIG {self.mig_profile}" if self.mig_profile else self.model
-        return f"{text} (time-sliced)" if self.time_sliced else text
-
-
-def kind_of(gpu: GpuView) -> Kind:
-    return Kind(gpu.model, gpu.mig_profile, gpu.memory_mb, gpu.driver_version, gpu.cuda_version,
-                gpu.time_sliced, gpu.shared_team)
-
-
-def model_matches(kind: Kind, alternatives: Sequence[str]) -> bool:
-    """Case-insensitive substring match. A MIG slice is only given to a request that names its
-    profile or "MIG" (`1g.10gb`, `A100 MIG`): asking for "A100" means a whole A100."""
-    if kind.mig_profile:
-        text = f"{kind.model} mig {kind.mig_profile}".lower()
-        profile = kind.mig_profile.lower()
-        return any((profile in alt or "mig" in alt) and
-                   (alt in text or alt.replace("mig", "").strip() in text) for alt in alternatives)
-    if not alternatives:
-        return True
-    name = kind.model.lower()
-    return any(alt in name for alt in alternatives)
-
-
-def kind_eligible(kind: Kind, constraint: Constraint, team: str) -> bool:
-    model, min_memory, min_driver, min_cuda = constraint
-    return (model_matches(kind, model_alternatives(model)) and kind.memory_mb >= min_memory
-            and version_at_least(kind.driver_version, min_driver)
-            and version_at_least(kind.cuda_version, min_cuda)
-            and (kind.shared_team is None or kind.shared_team == team))
-
-
-# --- static layout -------------------------------------------------------------------------------
-
-
-@dataclass
-class PoolLayout:
-    """Schedulable capacity of one pool (free or held), by kind and host."""
-
-    name: str
-    capacity: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
-    max_block: dict[int, int] = field(default_factory=dict)
-    unschedulable: int = 0
-
-
-@dataclass
-class Layout:
-    kinds: list[Kind]
-    where: dict[int, tuple[str, str, int]]  # gpu id -> (pool, host, kind id), every GPU
-    pools: dict[str, PoolLayout]
-
-
-_LAYOUTS: dict[int, tuple[tuple[GpuView, ...], Layout]] = {}
-
-
-def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
-    """The layout of a GPU tuple, memoised by identity (a tuple of frozen views never changes)."""
-    hit = _LAYOUTS.get(id(gpus))
-    if hit is not None and hit[0] is gpus:
-        return hit[1]
-    kinds: list[Kind] = []
-    kind_ids: dict[Kind, int] = {}
-    where: dict[int, tuple[str, str, int]] = {}
-    raw: dict[str, dict[int, dict[str, list[int]]]] = {}
-    pools: dict[str, PoolLayout] = {}
-    for gpu in gpus:
-        kind = kind_of(gpu)
-        kid = kind_ids.get(kind)
-        if kid is None:
-            kid = kind_ids[kind] = len(kinds)
-            kinds.append(kind)
-        where[gpu.id] = (gpu.pool, gpu.host, kid)
-        pool = pools.get(gpu.pool) or pools.setdefault(gpu.pool, PoolLayout(gpu.pool))
-        if gpu.schedulable:
-            raw.setdefault(gpu.pool, {}).setdefault(kid, {}).setdefault(gpu.host, []).append(gpu.id)
-        else:
-            pool.unschedulable += 1
-    for name, by_kind in raw.items():
-        pool = pools[name]
-        for kid, hosts in by_kind.items():
-            pool.capacity[kid] = {h: tuple(sorted(ids)) for h, ids in hosts.items()}
-            pool.max_block[kid] = max(len(ids) for ids in hosts.values())
-    layout = Layout(kinds, where, pools)
-    if len(_LAYOUTS) >= 8:  # a few generations are enough: the engine builds a new tuple per pass
-        _LAYOUTS.pop(next(iter(_LAYOUTS)))
-    _LAYOUTS[id(gpus)] = (gpus, layout)
-    return layout
 
 
 @dataclass(frozen=True)
@@ -191,29 +57,23 @@ class FreeIndex:
     """Free GPUs of one pool during one pass. Only shrinks (grants, holds), so a shape that does
     not fit once in a pass never fits later in it (callers cache failures on that basis)."""
 
-    def __init__(self, layout: PoolLayout, kinds: list[Kind], held: set[int]) -> None:
+    def __init__(self, layout: PoolLayout, kinds: list[Kind], base: FreeBase) -> None:
+        """From the pool's free GPUs before the pass (`base`, which is copied, never changed:
+        the per-host lists are shared, and this index only ever replaces them)."""
         self.layout = layout
         self.kinds = kinds  # shared per pass; grows when time-sliced GPUs are re-keyed to a team
         # A copy of the (memoised, shared) capacity map, so re-keyed kinds can be added per pass.
         self.capacity: dict[int, dict[str, tuple[int, ...]]] = dict(layout.capacity)
-        self.blocks: dict[int, dict[str, list[int]]] = {}
-        self.buckets: dict[int, list[dict[str, None]]] = {}
-        self.free_total: dict[int, int] = {}
+        self.blocks = {kid: dict(blocks) for kid, blocks in base.blocks.items()}
+        self.buckets = {kid: [dict(b) for b in buckets] for kid, buckets in base.buckets.items()}
+        self.free_total = dict(base.free_total)
+        self.version = 0  # bumped on every change, so callers can cache answers per state
         self._groups: dict[tuple[Constraint, str], tuple[Group, ...]] = {}
         self.has_shared = any(kinds[k].shared_team is not None or kinds[k].time_sliced
                               for k in layout.capacity)
-        for kid, hosts in layout.capacity.items():
-            buckets: list[dict[str, None]] = [{} for _ in range(layout.max_block[kid] + 1)]
-            blocks: dict[str, list[int]] = {}
-            total = 0
-            for host, ids in hosts.items():
-                free = [g for g in ids if g not in held] if held else list(ids)
-                if free:
-                    blocks[host] = free
-                    buckets[len(free)][host] = None
-                    total += len(free)
-            self.blocks[kid], self.buckets[kid], self.free_total[kid] = blocks, buckets, total
-        self._mixed = self._mixed_hosts()
+        if layout.mixed is None:
+            layout.mixed = self._mixed_hosts()
+        self._mixed = layout.mixed
 
     def _mixed_hosts(self) -> dict[tuple[str, str, bool], tuple[str, ...]]:
         """Hosts holding more than one kind of the same group (rare: mixed memory or driver)."""
@@ -229,18 +89,25 @@ class FreeIndex:
     def groups_for(self, req: RequestView) -> tuple[Group, ...]:
         """Eligible groups for a request, exclusive GPUs before time-sliced ones (cached)."""
         constraint = constraint_of(req)
-        cache_key = (constraint, req.team if self.has_shared else "")
-        hit = self._groups.get(cache_key)
-        if hit is not None:
+        if not self.has_shared:
+            hit = self.layout.groups.get(constraint)
+            if hit is None:
+                hit = self.layout.groups[constraint] = self._eligible(constraint, req.team)
             return hit
+        cache_key = (constraint, req.team)
+        hit = self._groups.get(cache_key)
+        if hit is None:
+            hit = self._groups[cache_key] = self._eligible(constraint, req.team)
+        return hit
+
+    def _eligible(self, constraint: Constraint, team: str) -> tuple[Group, ...]:
         by_key: dict[tuple[str, str, bool], list[int]] = {}
         for kid in self.capacity:
-            if kind_eligible(self.kinds[kid], constraint, req.team):
+            if kind_eligible(self.kinds[kid], constraint, team):
                 by_key.setdefault(self.kinds[kid].group_key, []).append(kid)
         groups = [self._group(key, tuple(kids)) for key, kids in by_key.items()]
         groups.sort(key=lambda g: g.time_sliced)
-        self._groups[cache_key] = result = tuple(groups)
-        return result
+        return tuple(groups)
 
     def _group(self, key: tuple[str, str, bool], kids: tuple[int, ...]) -> Group:
         cap = self.capacity
@@ -267,6 +134,8 @@ class FreeIndex:
         return total
 
     def free_on(self, host: str, group: Group) -> int:
+        if len(group.kinds) == 1:
+            return len(self.blocks[group.kinds[0]].get(host, ()))
         return sum(len(self.blocks[kid].get(host, ())) for kid in group.kinds)
 
     def largest_block(self, group: Group) -> tuple[int, str]:
@@ -291,10 +160,8 @@ class FreeIndex:
         hosts (largest blocks first, the last one best-fit). Exclusive GPUs beat time-sliced."""
         best: Placement | None = None
         for group in groups:
-            if same_host:
-                found = self._best_host(group, gpus, exclude)
-            else:
-                found = self._spread(group, gpus, exclude)
+            search = self._best_host if same_host else self._spread
+            found = search(group, gpus, exclude)
             if found is not None and (best is None or found.score < best.score):
                 best = found
         return best
@@ -388,6 +255,7 @@ class FreeIndex:
 
     def _set_block(self, kid: int, host: str, ids: list[int]) -> None:
         blocks, buckets = self.blocks[kid], self.buckets[kid]
+        self.version += 1
         old = blocks.get(host)
         if old:
             del buckets[len(old)][host]
@@ -424,6 +292,13 @@ class FreeIndex:
         self._set_block(kid, host, [])
         self._set_block(new, host, ids + self.blocks[new].get(host, []))
         self._groups.clear()
+
+
+def capacity_bound(groups: Sequence[Group], same_host: bool) -> int:
+    """The most GPUs the groups could ever give one lease (on one host when `same_host`)."""
+    if same_host:
+        return max(g.capacity_block for g in groups)
+    return max(g.capacity_total for g in groups)
 
 
 def _first_not_in(hosts: dict[str, None], banned: frozenset[str]) -> str | None:

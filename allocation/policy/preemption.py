@@ -44,18 +44,36 @@ def victim_order(lease: LeaseState) -> tuple[int, int, float, str]:
     return (0 if lease.borrowed else 1, lease.priority, -lease.granted_at, lease.lease_id)
 
 
-def possible(pool: PoolState, quota: QuotaBook, req: RequestView, reclaim: bool) -> bool:
-    """Cheap necessary condition for a plan: something is ending, or some victim may exist."""
-    if any(n > 0 for n in pool.ending_free.values()):
+def possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
+             reclaim: bool) -> bool:
+    """Cheap necessary condition for a plan: free GPUs, GPUs being freed, and GPUs of every
+    lease that might be a victim add up to the request (kinds and hosts ignored), and there is
+    at least one of the latter two (free GPUs alone did not fit it)."""
+    extra = pool.preemptible_below(req.team, req.priority)
+    ending = pool.any_ending_free()
+    if ending:
+        extra += pool.ending_gpus
+    lenders = []
+    for team in quota.teams_in(pool.name):
+        if team != req.team:
+            victims = pool.mature_gpus(team) if reclaim else pool.preemptible_below(team, req.priority)
+            extra += min(quota.reclaimable(team, pool.name), victims)
+            if reclaim and quota.reclaimable(team, pool.name) > 0:
+                lenders.append(team)
+    if extra <= 0 or extra + max(pool.index.free_in(g) for g in groups) < req.gpus:
+        return False
+    if not req.same_host or ending:
         return True
-    if req.priority > pool.min_preemptible:
-        return True
-    return reclaim and any(quota.reclaimable(t, pool.name) > 0
-                           for t in quota.teams_in(pool.name) if t != req.team)
+    # Same host: some host must hold enough free GPUs and GPUs of possible victims.
+    per_host = pool.victim_gpus_by_host(req.priority, frozenset(lenders))
+    index = pool.index
+    return any(count + index.free_on(host, g) >= req.gpus
+               for host, count in per_host.items() if count for g in groups)
 
 
-def _admissible(lease: LeaseState, req: RequestView, reclaim: bool, now: float) -> bool:
-    if lease.ending or now - lease.granted_at < lease.min_runtime_s:
+def _admissible(lease: LeaseState, req: RequestView, reclaim: bool, now: float,
+                stopped: set[str]) -> bool:
+    if lease.ending or now - lease.granted_at < lease.min_runtime_s or lease.lease_id in stopped:
         return False
     if lease.preemptible and lease.priority < req.priority:
         return True
@@ -66,42 +84,71 @@ def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[G
          now: float, reclaim: bool) -> Plan | None:
     """The cheapest way to make `req` fit, or None. A plan without victims means: wait for
     ending leases."""
-    ordered = sorted((lease for lease in pool.leases if _admissible(lease, req, reclaim, now)),
-                     key=victim_order)
+    if pool.victim_order is None:
+        pool.victim_order = sorted(pool.leases, key=victim_order)
     best: Plan | None = None
     for group in groups:
-        if req.same_host:
-            candidates = _same_host(pool, quota, req, group, ordered)
-        else:
-            candidates = [_pool_wide(pool, quota, req, group, ordered)]
-        for found in candidates:
-            if found is not None and (best is None or found.cost < best.cost):
-                best = found
+        search = _same_host if req.same_host else _pool_wide
+        found = search(pool, quota, req, group, now, reclaim)
+        if found is not None and (best is None or found.cost < best.cost):
+            best = found
     return best
 
 
-def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
-               ordered: list[LeaseState]) -> list[Plan | None]:
-    per_host: dict[str, list[LeaseState]] = defaultdict(list)
-    for lease in ordered:
-        for host, kid in lease.blocks:
-            if kid in group.kinds and lease not in per_host[host][-1:]:
-                per_host[host].append(lease)
+def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
+               reclaim: bool) -> Plan | None:
+    """Victims are taken strictly in victim order, each counted on the hosts where it holds
+    GPUs of the group; the hosts that first reach the request's size within one victim class
+    (borrowed, priority) compete on fewest victims, then fewest GPUs; a one-victim plan ends the
+    search. Cost: the victims scanned, not the hosts of the pool."""
+    index = pool.index
+    ending: dict[str, int] = defaultdict(int)
     for (host, kid), count in pool.ending_free.items():
         if count > 0 and kid in group.kinds:
-            per_host.setdefault(host, [])
-    plans: list[Plan | None] = []
-    for host, victims in per_host.items():
-        have = pool.index.free_on(host, group) + pool.ending_on(host, group)
-        chosen = _choose(quota, req, victims, req.gpus - have, lambda v, h=host: v.on(h, group))
-        if chosen is not None:
-            plans.append(Plan(group, host, chosen, _cost(chosen, have, req.gpus, host)))
-    return plans
+            ending[host] += count
+    for host, count in ending.items():
+        if count + index.free_on(host, group) >= req.gpus:
+            return Plan(group, host, [], _cost([], count, req.gpus, host))
+    have: dict[str, int] = {}
+    chosen: dict[str, list[LeaseState]] = defaultdict(list)
+    taken: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    best: Plan | None = None
+    best_class: tuple[bool, int] | None = None
+    assert pool.victim_order is not None
+    for lease in pool.victim_order:
+        if best_class is not None and (lease.borrowed, lease.priority) != best_class:
+            break
+        if not _admissible(lease, req, reclaim, now, pool.stopped):
+            continue
+        for host in {h for h, kid in lease.blocks if kid in group.kinds}:
+            if host not in have:
+                have[host] = index.free_on(host, group) + pool.ending_on(host, group)
+            if have[host] >= req.gpus:
+                continue  # already complete
+            if lease.team != req.team:
+                budget = quota.reclaimable(lease.team, req.pool) - taken[host][lease.team]
+                if budget < lease.gpus:  # never below the victim team's own guarantee
+                    continue
+                taken[host][lease.team] += lease.gpus
+            chosen[host].append(lease)
+            have[host] += lease.on(host, group)
+            if have[host] >= req.gpus:
+                free = have[host] - sum(v.on(host, group) for v in chosen[host])
+                victims = _prune(chosen[host], req.gpus - free, lambda v, h=host: v.on(h, group))
+                found = Plan(group, host, victims, _cost(victims, free, req.gpus, host))
+                if best is None or found.cost < best.cost:
+                    best = found
+                best_class = (lease.borrowed, lease.priority)
+        if best is not None and len(best.victims) <= 1:
+            break  # nothing beats one victim of the cheapest class
+    return best
 
 
-def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
-               ordered: list[LeaseState]) -> Plan | None:
+def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
+               reclaim: bool) -> Plan | None:
     have = pool.index.free_in(group) + pool.ending_in(group)
+    assert pool.victim_order is not None
+    ordered = [v for v in pool.victim_order if _admissible(v, req, reclaim, now, pool.stopped)]
     chosen = _choose(quota, req, ordered, req.gpus - have, lambda v: v.in_group(group))
     if chosen is None:
         return None
@@ -132,11 +179,19 @@ def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need:
             break
     if got < need:
         return None
-    for lease in reversed(chosen[:]):
+    return _prune(chosen, need, contrib)
+
+
+def _prune(chosen: list[LeaseState], need: int,
+           contrib: Callable[[LeaseState], int]) -> list[LeaseState]:
+    """Drop victims not needed to free `need` GPUs, latest chosen first (preferred ones stay)."""
+    got = sum(contrib(v) for v in chosen)
+    kept = list(chosen)
+    for lease in reversed(chosen):
         if got - contrib(lease) >= need:
-            chosen.remove(lease)
+            kept.remove(lease)
             got -= contrib(lease)
-    return chosen
+    return kept
 
 
 def _cost(victims: list[LeaseState], have: int, gpus: int, host: str) -> tuple[float, ...]:
@@ -154,7 +209,7 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
     kind = "reclaim" if reclaim else "priority"
     preemptions = []
     for victim in chosen.victims:
-        victim.ending = True
+        pool.stopped.add(victim.lease_id)
         quota.leaving[(victim.team, pool.name)] += victim.gpus
         for key, count in victim.blocks.items():
             pool.ending_free[key] += count

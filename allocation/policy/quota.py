@@ -5,9 +5,9 @@ Three numbers per (team, pool), all in GPUs:
   count against the `limit`).
 - `leaving`: GPUs of its leases that are ending (grace running, or preempted in this pass). They
   do not count towards the guarantee: the team will not have them for long.
-- `promised`: GPUs of its requests that wait for GPUs being freed for them (preemption started in
-  this pass or an earlier one). They count as if granted, so that two requests of one team do not
-  both start preemptions for room the team's limit would not let both use.
+- `promised`: GPUs of its requests that, in this pass, were found to wait for GPUs being freed
+  for them (a preemption just started, or ending leases). They count as if granted, so that two
+  requests of one team do not both start preemptions for room its limit would not let both use.
 
 A team without a quota row in a pool has guaranteed 0 and no limit.
 """

@@ -3,7 +3,8 @@ policy function exactly as the live engine drives it. `allocation.simulation` re
 and states the replay's semantics; this module keeps the clock and the books.
 
 Metrics (CONTRACT `simulate`): utilization = allocated GPU-seconds / (capacity x makespan);
-wait = start of the run that completed - submit; JCT = its end - submit. Fairness is measured
+JCT = completion - submit; wait = JCT - the job's duration (the time it made no progress:
+queueing, and for preempted jobs the grace and the re-queueing; after a restart, the lost run). Fairness is measured
 over *backlogged intervals* (at least two teams with pending work): each team's achieved GPUs
 against its entitlement (`fairshare.entitled_allocation` of its demand = held + pending, with
 its guarantee, limit and weight); `jain_index` is Jain's index of achieved/entitled over teams,
@@ -66,10 +67,12 @@ class Replay:
                  quotas: Mapping[tuple[str, str], QuotaView],
                  classes: Mapping[str, PriorityClassView], half_life_s: float,
                  policy: Callable[[Snapshot], Decisions],
-                 placement: Mapping[int, tuple[str, bool]]) -> None:
+                 placement: Mapping[int, tuple[str, bool]], restart: bool = False) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.index))
         self.fleet, self.quotas, self.classes = fleet, quotas, classes
         self.half_life_s, self.policy, self.placement = half_life_s, policy, placement
+        self.restart = restart  # preempted jobs restart from scratch (else resume)
+        self.work = {j.index: j.duration_s for j in self.jobs}
         self.weights = {**{j.team: 1.0 for j in self.jobs}, **teams}
         self.capacity: dict[str, int] = defaultdict(int)
         self.gpu_pool = {g.id: g.pool for g in fleet}
@@ -160,10 +163,13 @@ class Replay:
         self.held[(run.team, run.pool)] -= len(run.gpu_ids)
         job = self.job_of.pop(lease_id)
         if kind == _FINISH:
-            self.waits.append(self.started[lease_id] - job.submit_s)
+            # Waiting = all the time it was not making progress, preemptions included.
             self.jcts.append(t - job.submit_s)
-        else:  # preempted: restart from scratch, keeping its place in line
-            self._submit(job)
+            self.waits.append(max(0.0, t - job.submit_s - self.work[job.index]))
+        else:  # preempted: back in line at its original place, resumed or restarted
+            ran = t - self.started[lease_id]
+            left = job.duration_s if self.restart else max(0.0, job.duration_s - ran)
+            self._submit(replace(job, duration_s=left))
         del self.started[lease_id]
         return True
 
@@ -174,7 +180,7 @@ class Replay:
         decisions = self.policy(Snapshot(t, self.fleet, teams, self.quotas,
                                          tuple(self.running.values()),
                                          tuple(self.pending.values()), self.classes,
-                                         self.half_life_s))
+                                         self.half_life_s, estimate_starts=False))
         for grant in decisions.grants:
             req = self._unqueue(grant.lease_id)
             if len(set(grant.gpu_ids)) != req.gpus or self.held_gpus.intersection(grant.gpu_ids) \

@@ -4,17 +4,24 @@ ending leases, and the quota book. Everything here is mutated only during the pa
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import accumulate
 
-from allocation.policy.placement import FreeIndex, Group, Kind, layout_of
+from allocation.policy.freebase import FreeBase
+from allocation.policy.matching import Kind, PoolLayout, layout_of
+from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
+from allocation.policy.running import RunningTotals
 from allocation.policy.types import RequestView, RunningView, Snapshot
 
 
 @dataclass(eq=False)
 class LeaseState:
-    """A running lease (or one granted earlier in this pass), as the policy sees it."""
+    """A running lease (or one granted earlier in this pass), as the policy sees it. Never
+    changed once made (leases stopped in a pass are in `PoolState.stopped`), so the views of a
+    snapshot's leases are memoised per layout across passes."""
 
     lease_id: str
     team: str
@@ -29,6 +36,10 @@ class LeaseState:
     ending: bool = False
     # (host, kind id) -> number of the lease's schedulable GPUs there.
     blocks: dict[tuple[str, int], int] = field(default_factory=dict)
+    hosts: tuple[str, ...] = field(init=False, default=())  # the hosts of `blocks`, in order
+
+    def __post_init__(self) -> None:
+        self.hosts = tuple(dict.fromkeys(h for h, _ in self.blocks))
 
     @classmethod
     def of(cls, run: RunningView, blocks: dict[tuple[str, int], int]) -> LeaseState:
@@ -38,6 +49,8 @@ class LeaseState:
 
     def on(self, host: str, group: Group) -> int:
         """The lease's GPUs of the group's kinds on `host`."""
+        if len(group.kinds) == 1:
+            return self.blocks.get((host, group.kinds[0]), 0)
         return sum(self.blocks.get((host, kid), 0) for kid in group.kinds)
 
     def in_group(self, group: Group) -> int:
@@ -45,29 +58,157 @@ class LeaseState:
         return sum(n for (_, kid), n in self.blocks.items() if kid in kinds)
 
 
-@dataclass(eq=False)
 class PoolState:
-    name: str
-    index: FreeIndex
-    leases: list[LeaseState] = field(default_factory=list)
-    by_host: dict[str, list[LeaseState]] = field(default_factory=lambda: defaultdict(list))
-    # GPUs of ending leases no waiting request has claimed yet, by (host, kind id).
-    ending_free: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
-    # The lowest priority among preemptible leases at the start of the pass (a quick bound).
-    min_preemptible: float = float("inf")
+    """One pool during one pass. The per-lease views (by host, GPUs being freed) are built on
+    first need: most passes grant or refuse without looking at running leases one by one."""
 
-    def add_lease(self, lease: LeaseState) -> None:
-        self.leases.append(lease)
-        for host in {h for h, _ in lease.blocks}:
-            self.by_host[host].append(lease)
-        if lease.ending:
-            for key, count in lease.blocks.items():
-                self.ending_free[key] += count
-        elif lease.preemptible:
-            self.min_preemptible = min(self.min_preemptible, lease.priority)
+    def __init__(self, name: str, index: FreeIndex, runs: list[RunningView],
+                 where: dict[int, tuple[str, str, int]], now: float,
+                 totals: RunningTotals | None) -> None:
+        self.name = name
+        self.index = index
+        self.runs = runs
+        self.where = where
+        self.now = now
+        if totals is not None:  # kept up to date across passes: no need to look at every lease
+            self.ending_gpus = totals.ending.get(name, 0)
+            self.preemptible_runs: list[RunningView] | None = list(
+                totals.preemptible.get(name, {}).values())
+        else:
+            self.ending_gpus = sum(len(run.gpu_ids) for run in runs if run.ending)
+            self.preemptible_runs = None
+        self.has_ending = self.ending_gpus > 0
+        self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
+        self._mature: dict[str, int] | None = None
+        self._victim_hosts: dict[tuple, dict[str, int]] = {}
+        # Running leases in victim order, sorted once per pass on first need (preemption.py).
+        self.victim_order: list[LeaseState] | None = None
+        self.fresh: list[LeaseState] = []  # granted in this pass: never victims
+        self.stopped: set[str] = set()  # leases preempted in this pass
+        self._leases: list[LeaseState] | None = None
+        self._by_host: dict[str, list[LeaseState]] = defaultdict(list)
+        # GPUs of ending leases no waiting request has claimed yet, by (host, kind id).
+        self._ending_free: dict[tuple[str, int], int] = defaultdict(int)
+
+    def _build(self) -> list[LeaseState]:
+        leases: list[LeaseState] = []
+        capacity = self.index.capacity
+        memo = self.index.layout.leases
+        by_host, ending_free = self._by_host, self._ending_free
+        for run in self.runs:
+            hit = memo.get(id(run))
+            if hit is not None and hit[0] is run:
+                lease = hit[1]
+            else:
+                blocks: dict[tuple[str, int], int] = {}
+                for gid in run.gpu_ids:
+                    loc = self.where.get(gid)
+                    if loc is not None and loc[0] == run.pool and loc[2] in capacity:
+                        blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
+                lease = LeaseState.of(run, blocks)
+                if len(memo) > 200_000:
+                    memo.clear()
+                memo[id(run)] = (run, lease)
+            leases.append(lease)
+            for host in lease.hosts:
+                by_host[host].append(lease)
+            if lease.ending:
+                for key, count in lease.blocks.items():
+                    ending_free[key] += count
+        for lease in self.fresh:
+            for host in lease.hosts:
+                by_host[host].append(lease)
+        self._leases = leases
+        return leases
+
+    @property
+    def leases(self) -> list[LeaseState]:
+        """Running leases of the snapshot (not those granted in this pass)."""
+        return self._leases if self._leases is not None else self._build()
+
+    @property
+    def by_host(self) -> dict[str, list[LeaseState]]:
+        """Running leases by host, including those granted in this pass."""
+        if self._leases is None:
+            self._build()
+        return self._by_host
+
+    @property
+    def ending_free(self) -> dict[tuple[str, int], int]:
+        if self._leases is None:
+            self._build()
+        return self._ending_free
+
+    def any_ending_free(self) -> bool:
+        if self._leases is None:
+            return self.has_ending
+        return any(n > 0 for n in self._ending_free.values())
+
+    def _preemptible_by_team(self) -> dict[str, tuple[list[int], list[int]]]:
+        """Per team, the priorities (sorted) and cumulative GPUs of its leases preemptible now."""
+        if self._preemptible is None:
+            items: dict[str, list[tuple[int, int]]] = defaultdict(list)
+            candidates = self.preemptible_runs if self.preemptible_runs is not None else self.runs
+            for run in candidates:
+                if (run.preemptible and not run.ending
+                        and run.granted_at + run.min_runtime_s <= self.now):
+                    items[run.team].append((run.priority, len(run.gpu_ids)))
+            self._preemptible = {}
+            for team, pairs in items.items():
+                pairs.sort()
+                self._preemptible[team] = ([p for p, _ in pairs],
+                                           list(accumulate(n for _, n in pairs)))
+        return self._preemptible
+
+    def mature_gpus(self, team: str) -> int:
+        """GPUs of the team's leases that are past their minimum runtime and not ending."""
+        if self._mature is None:
+            self._mature = defaultdict(int)
+            for run in self.runs:
+                if not run.ending and run.granted_at + run.min_runtime_s <= self.now:
+                    self._mature[run.team] += len(run.gpu_ids)
+        return self._mature.get(team, 0)
+
+    def preemptible_below(self, team: str, priority: int) -> int:
+        """GPUs of the team's leases preemptible now with a priority strictly below `priority`."""
+        hit = self._preemptible_by_team().get(team)
+        if hit is None:
+            return 0
+        i = bisect_left(hit[0], priority)
+        return hit[1][i - 1] if i else 0
+
+    def victim_gpus_by_host(self, priority: int, reclaim_from: frozenset[str]) -> dict[str, int]:
+        """GPUs per host of the leases that could be victims of a request of `priority` (an
+        upper bound: preemptible now and lower, or any mature lease of a team in
+        `reclaim_from`), without building the per-lease views."""
+        key = (priority, reclaim_from)
+        hit = self._victim_hosts.get(key)
+        if hit is not None:
+            return hit
+        out: dict[str, int] = defaultdict(int)
+        where, now = self.where, self.now
+        for run in self.runs:
+            if run.ending or run.granted_at + run.min_runtime_s > now:
+                continue
+            if (run.preemptible and run.priority < priority) or run.team in reclaim_from:
+                for gid in run.gpu_ids:
+                    loc = where.get(gid)
+                    if loc is not None:
+                        out[loc[1]] += 1
+        self._victim_hosts[key] = out
+        return out
+
+    def add_fresh(self, lease: LeaseState) -> None:
+        self.fresh.append(lease)
+        if self._leases is not None:
+            for host in lease.hosts:
+                self._by_host[host].append(lease)
 
     def ending_on(self, host: str, group: Group) -> int:
-        return sum(self.ending_free.get((host, kid), 0) for kid in group.kinds)
+        ending = self.ending_free
+        if not ending:
+            return 0
+        return sum(ending.get((host, kid), 0) for kid in group.kinds)
 
     def ending_in(self, group: Group) -> int:
         kinds = set(group.kinds)
@@ -76,13 +217,14 @@ class PoolState:
     def claim_ending(self, host: str | None, group: Group, gpus: int) -> int:
         """Claim up to `gpus` unclaimed ending GPUs (on `host`, or anywhere when None)."""
         claimed = 0
-        for key in list(self.ending_free):
+        ending = self.ending_free
+        for key in list(ending):
             if claimed >= gpus:
                 break
             h, kid = key
-            if kid in group.kinds and (host is None or h == host) and self.ending_free[key] > 0:
-                take = min(self.ending_free[key], gpus - claimed)
-                self.ending_free[key] -= take
+            if kid in group.kinds and (host is None or h == host) and ending[key] > 0:
+                take = min(ending[key], gpus - claimed)
+                ending[key] -= take
                 claimed += take
         return claimed
 
@@ -99,40 +241,63 @@ class PassState:
 
 
 def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
-    """Index the snapshot. Only pools with pending requests get a free-GPU index (the quota book
-    and leases are still complete for them)."""
+    """Index the snapshot: the quota book (every pool) and, for pools with pending requests,
+    the free GPUs and the running leases."""
     layout = layout_of(snapshot.gpus)
     kinds = list(layout.kinds)
     quota = QuotaBook(snapshot.quotas)
-    held: set[int] = set()
-    for run in snapshot.running:
-        held.update(run.gpu_ids)
-        quota.held[(run.team, run.pool)] += len(run.gpu_ids)
-        if run.ending:
-            quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
-    pools: dict[str, PoolState] = {}
-    for name in sorted(pools_needed):
-        pool_layout = layout.pools.get(name)
-        if pool_layout is None:
-            continue
-        pools[name] = PoolState(name, FreeIndex(pool_layout, kinds, held))
-    where = layout.where
-    for run in snapshot.running:
-        pool = pools.get(run.pool)
-        if pool is None:
-            continue
-        blocks: dict[tuple[str, int], int] = {}
-        for gid in run.gpu_ids:
-            loc = where.get(gid)
-            if loc is not None and loc[0] == run.pool and loc[2] in pool.index.capacity:
-                blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
-        lease = LeaseState.of(run, blocks)
-        pool.add_lease(lease)
-        # A team holding time-sliced replicas on a host keeps the host's free replicas to itself.
-        for host, kid in blocks:
-            if kinds[kid].time_sliced:
-                pool.index.restrict_to_team(host, kid, run.team)
+    running = snapshot.running
+    # The memoised totals and free-GPU base are shared by every pass over this GPU tuple:
+    # one pass at a time brings them up to date and copies what it will change.
+    with layout.lock:
+        totals = layout.running
+        counted = totals.update(running)
+        if counted:
+            held = totals.held
+            quota.held.update(totals.per_key)
+            quota.leaving.update(totals.leaving)
+        else:  # a lease id twice: count plainly
+            held = set()
+            for run in running:
+                held.update(run.gpu_ids)
+                quota.held[(run.team, run.pool)] += len(run.gpu_ids)
+                if run.ending:
+                    quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
+        pools: dict[str, PoolState] = {}
+        for name in sorted(pools_needed):
+            pool_layout = layout.pools.get(name)
+            if pool_layout is None:
+                continue
+            if totals.per_pool.get(name, 0) == len(running):
+                runs = list(running)
+            else:
+                runs = [run for run in running if run.pool == name]
+            pool = pools[name] = PoolState(name, FreeIndex(pool_layout, kinds, _free_base(
+                pool_layout, held, layout.where, totals, counted and not layout.time_sliced)), runs,
+                layout.where, snapshot.now, totals if counted else None)
+            if layout.time_sliced:
+                # A team holding time-sliced replicas on a host keeps the host's free replicas to
+                # itself.
+                for lease in pool.leases:
+                    for host, kid in lease.blocks:
+                        if kinds[kid].time_sliced:
+                            pool.index.restrict_to_team(host, kid, lease.team)
     return PassState(snapshot, kinds, quota, pools)
+
+
+def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, str, int]],
+               totals: RunningTotals, reuse: bool) -> FreeBase:
+    """The pool's free GPUs before the pass: the previous pass's, patched by the GPUs that
+    changed hands since, when it is from the totals' previous generation; else built anew."""
+    base = layout.free
+    if not reuse:
+        return FreeBase(layout, held)
+    if base is None or totals.changed is None or base.generation != totals.generation - 1:
+        base = layout.free = FreeBase(layout, held)
+    elif totals.changed:
+        base.patch(held, where, totals.changed)
+    base.generation = totals.generation
+    return base
 
 
 def definitive(pool: PoolState | None) -> bool:

@@ -1,0 +1,175 @@
+"""Matching GPUs to requests, and the static layout of a fleet.
+
+Vocabulary:
+- *kind*: GPUs interchangeable for matching (model, MIG profile, memory, driver, CUDA,
+  time-slicing, shared team). A pool has a handful of kinds, so eligibility is decided once per
+  (request constraints, kind) and cached, never per GPU.
+- *layout*: a GPU tuple's schedulable capacity by pool, kind and host. It is memoised by the
+  identity of the tuple (frozen views never change), with caches that depend only on it, so a
+  caller that passes the same `Snapshot.gpus` tuple pass after pass (the simulator) pays once.
+
+Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocation.policy.running import RunningTotals
+from allocation.policy.types import GpuView, RequestView
+
+_DIGITS = re.compile(r"\d+")
+
+# (model, min_memory_mb, min_driver_version, min_cuda_version): what a request asks of each GPU.
+Constraint = tuple[str, int, str, str]
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """'535.54.03' -> (535, 54, 3); '' or text without digits -> ()."""
+    return tuple(int(part) for part in _DIGITS.findall(text or ""))
+
+
+def version_at_least(have: str, need: str) -> bool:
+    """Numeric comparison, missing parts read as 0: '535.54.03' >= '525', '12.4' >= '12.4.0'.
+    An empty or digit-free requirement is no requirement; an unknown version meets none."""
+    want = parse_version(need)
+    if not want:
+        return True
+    got = parse_version(have)
+    if not got:
+        return False
+    width = max(len(got), len(want))
+    return got + (0,) * (width - len(got)) >= want + (0,) * (width - len(want))
+
+
+def model_alternatives(model: str) -> tuple[str, ...]:
+    """'A100 | h100' -> ('a100', 'h100'); '' -> () (any model)."""
+    return tuple(part.strip().lower() for part in model.split("|") if part.strip())
+
+
+def constraint_of(req: RequestView) -> Constraint:
+    return (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
+
+
+@dataclass(frozen=True)
+class Kind:
+    model: str
+    mig_profile: str = ""
+    memory_mb: int = 0
+    driver_version: str = ""
+    cuda_version: str = ""
+    time_sliced: bool = False
+    shared_team: str | None = None
+
+    @property
+    def group_key(self) -> tuple[str, str, bool]:
+        return (self.model, self.mig_profile, self.time_sliced)
+
+    @property
+    def label(self) -> str:
+        text = f"{self.model} MIG {self.mig_profile}" if self.mig_profile else self.model
+        return f"{text} (time-sliced)" if self.time_sliced else text
+
+
+def kind_of(gpu: GpuView) -> Kind:
+    return Kind(gpu.model, gpu.mig_profile, gpu.memory_mb, gpu.driver_version, gpu.cuda_version,
+                gpu.time_sliced, gpu.shared_team)
+
+
+def model_matches(kind: Kind, alternatives: Sequence[str]) -> bool:
+    """Case-insensitive substring match. A MIG slice is only given to a request that names its
+    profile or "MIG" (`1g.10gb`, `A100 MIG`): asking for "A100" means a whole A100."""
+    if kind.mig_profile:
+        text = f"{kind.model} mig {kind.mig_profile}".lower()
+        profile = kind.mig_profile.lower()
+        return any((profile in alt or "mig" in alt) and
+                   (alt in text or alt.replace("mig", "").strip() in text) for alt in alternatives)
+    if not alternatives:
+        return True
+    name = kind.model.lower()
+    return any(alt in name for alt in alternatives)
+
+
+def kind_eligible(kind: Kind, constraint: Constraint, team: str) -> bool:
+    model, min_memory, min_driver, min_cuda = constraint
+    return (model_matches(kind, model_alternatives(model)) and kind.memory_mb >= min_memory
+            and version_at_least(kind.driver_version, min_driver)
+            and version_at_least(kind.cuda_version, min_cuda)
+            and (kind.shared_team is None or kind.shared_team == team))
+
+
+# --- static layout -------------------------------------------------------------------------------
+
+
+@dataclass
+class PoolLayout:
+    """Schedulable capacity of one pool (free or held), by kind and host."""
+
+    name: str
+    capacity: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+    max_block: dict[int, int] = field(default_factory=dict)
+    unschedulable: int = 0
+    # Eligible groups per request constraints, shared by every pass over this layout (only
+    # used while no kind of the pool depends on the team, see FreeIndex.groups_for).
+    groups: dict[Constraint, tuple[Any, ...]] = field(default_factory=dict)  # placement.Group
+    mixed: dict[tuple[str, str, bool], tuple[str, ...]] | None = None
+    free: Any = None  # freebase.FreeBase of the last pass over this pool
+    # The policy's view of each running lease (state.LeaseState), memoised by the identity of
+    # its frozen RunningView: a caller that keeps those from pass to pass pays once.
+    leases: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class Layout:
+    kinds: list[Kind]
+    where: dict[int, tuple[str, str, int]]  # gpu id -> (pool, host, kind id), every GPU
+    pools: dict[str, PoolLayout]
+    # Totals over the running leases of the last snapshot seen with this layout (running.py).
+    running: RunningTotals = field(default_factory=RunningTotals)
+
+    time_sliced: bool = field(init=False, default=False)  # any kind time-sliced
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.time_sliced = any(kind.time_sliced for kind in self.kinds)
+
+
+_LAYOUTS: dict[int, tuple[tuple[GpuView, ...], Layout]] = {}
+
+
+def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
+    """The layout of a GPU tuple, memoised by identity (a tuple of frozen views never changes)."""
+    hit = _LAYOUTS.get(id(gpus))
+    if hit is not None and hit[0] is gpus:
+        return hit[1]
+    kinds: list[Kind] = []
+    kind_ids: dict[Kind, int] = {}
+    where: dict[int, tuple[str, str, int]] = {}
+    raw: dict[str, dict[int, dict[str, list[int]]]] = {}
+    pools: dict[str, PoolLayout] = {}
+    for gpu in gpus:
+        kind = kind_of(gpu)
+        kid = kind_ids.get(kind)
+        if kid is None:
+            kid = kind_ids[kind] = len(kinds)
+            kinds.append(kind)
+        where[gpu.id] = (gpu.pool, gpu.host, kid)
+        pool = pools.get(gpu.pool) or pools.setdefault(gpu.pool, PoolLayout(gpu.pool))
+        if gpu.schedulable:
+            raw.setdefault(gpu.pool, {}).setdefault(kid, {}).setdefault(gpu.host, []).append(gpu.id)
+        else:
+            pool.unschedulable += 1
+    for name, by_kind in raw.items():
+        pool = pools[name]
+        for kid, hosts in by_kind.items():
+            pool.capacity[kid] = {h: tuple(sorted(ids)) for h, ids in hosts.items()}
+            pool.max_block[kid] = max(len(ids) for ids in hosts.values())
+    layout = Layout(kinds, where, pools)
+    if len(_LAYOUTS) >= 8:  # a few generations are enough: the engine builds a new tuple per pass
+        _LAYOUTS.pop(next(iter(_LAYOUTS)))
+    _LAYOUTS[id(gpus)] = (gpus, layout)
+    return layout

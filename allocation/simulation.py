@@ -1,0 +1,281 @@
+"""Trace replay: job traces, the simulated fleet of a config, the Alibaba trace, and `simulate`,
+an event-driven loop on a simulated clock through the very policy functions production uses.
+
+No Django. Semantics of the replay (the contract of `simulate`):
+- A pass runs after every batch of simultaneous events (submit, finish, end of a preemption's
+  grace, a preemptible lease reaching its min_runtime) while something is pending, exactly as
+  the live engine passes on events; nothing else can change a decision in between.
+- Jobs run for exactly `duration_s` and the policy is told so (`expected_duration_s`): backfill
+  sees perfect estimates, as in most scheduler simulators.
+- A preempted job stops after its class's grace_s (it runs during the grace) and re-queues with
+  its original submit time, so it keeps its place in line. By default it then *resumes* with
+  its remaining duration (jobs that run on preemptible capacity checkpoint, as Gavel and
+  Tiresias assume); `restart=True` makes it start over (no checkpoint), and its lost GPU time
+  still counts as allocated.
+- A trace job is one lease on one host when its pool has a host that large (`same_host`), else a
+  multi-host gang. Its pool is the first pool (config order) with a GPU of its model large
+  enough for it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from allocation.policy import get_policy
+from allocation.policy.matching import Kind, model_alternatives, model_matches
+from allocation.policy.replay import Job, Replay
+from allocation.policy.types import GpuView, PriorityClassView, QuotaView
+
+TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model")
+SIM_DEFAULTS: dict[str, Any] = {"hosts": 4, "gpus_per_host": 8, "model": "NVIDIA H100 80GB HBM3",
+                                "memory_mb": 81559, "driver_version": "550.54.15",
+                                "cuda_version": "12.4"}
+
+
+class TraceError(ValueError):
+    """A trace or simulation input is invalid; the message names the file and line."""
+
+
+# --- traces --------------------------------------------------------------------------------------
+
+
+def load_trace(path: str | Path) -> list[Job]:
+    """Read a trace CSV (header required; `priority_class` and `model` columns optional; blank
+    and '#' lines skipped). Raises TraceError listing up to 20 bad lines. Sorted by submit time."""
+    jobs: list[Job] = []
+    errors: list[str] = []
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in TRACE_COLUMNS[:4] if c not in header]
+        if missing:
+            raise TraceError(f"{path}:1: header must name {', '.join(TRACE_COLUMNS)}; "
+                             f"missing {', '.join(missing)}")
+        col = {name: header.index(name) for name in TRACE_COLUMNS if name in header}
+        for line, row in enumerate(reader, start=2):
+            if not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
+                continue
+            try:
+                jobs.append(_job(row, col, len(jobs), line))
+            except ValueError as exc:
+                errors.append(f"{path}:{line}: {exc}")
+    if errors:
+        more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise TraceError("\n".join(errors[:20]) + more)
+    jobs.sort(key=lambda j: (j.submit_s, j.index))
+    return jobs
+
+
+def _job(row: list[str], col: Mapping[str, int], index: int, line: int) -> Job:
+    def cell(name: str) -> str:
+        i = col.get(name)
+        return row[i].strip() if i is not None and i < len(row) else ""
+
+    submit, duration = _number(cell("submit_s"), "submit_s"), _number(cell("duration_s"), "duration_s")
+    team, model = cell("team"), cell("model")
+    if not team:
+        raise ValueError("team is empty")
+    try:
+        gpus = int(cell("gpus"))
+    except ValueError:
+        raise ValueError(f"gpus must be a whole number, got {cell('gpus')!r}") from None
+    if gpus < 1:
+        raise ValueError(f"gpus must be at least 1, got {gpus}")
+    if model and len(model_alternatives(model)) != len(model.split("|")):
+        raise ValueError(f"model {model!r} has an empty alternative")
+    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line)
+
+
+def _number(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def write_trace(path: str | Path, jobs: Sequence[Job]) -> None:
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(TRACE_COLUMNS)
+        for j in jobs:
+            out.writerow([_num(j.submit_s), j.team, j.gpus, _num(j.duration_s), j.priority_class,
+                          j.model])
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+@dataclass
+class SimConfig:
+    gpus: tuple[GpuView, ...]
+    teams: dict[str, float]
+    quotas: dict[tuple[str, str], QuotaView]
+    priority_classes: dict[str, PriorityClassView]
+    half_life_s: float
+
+
+def fleet_from_config(data: Mapping[str, Any]) -> tuple[GpuView, ...]:
+    """The GPUs of the config's `simulated` sources (other kinds are ignored), named as the
+    simulated connector names them (`{host_prefix or NAME-node}-{i}`), ids numbered from 1."""
+    gpus: list[GpuView] = []
+    for src in data.get("sources") or []:
+        if src.get("kind") != "simulated":
+            continue
+        opt = {**SIM_DEFAULTS, **{k: v for k, v in src.items() if v is not None}}
+        prefix = src.get("host_prefix") or f"{src['name']}-node"
+        for h in range(int(opt["hosts"])):
+            for _ in range(int(opt["gpus_per_host"])):
+                gpus.append(GpuView(len(gpus) + 1, str(src["pool"]), f"{prefix}-{h}",
+                                    str(opt["model"]), int(opt["memory_mb"]),
+                                    str(opt["driver_version"]), str(opt["cuda_version"])))
+    return tuple(gpus)
+
+
+def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
+    """A SimConfig from a config mapping in the `apply -f` format (already validated, or trusted)."""
+    teams = {t["name"]: float(t.get("weight", 1)) for t in data.get("teams") or []}
+    quotas = {(q["team"], q["pool"]): QuotaView(q["team"], q["pool"], int(q.get("guaranteed", 0)),
+                                                q.get("limit"))
+              for q in data.get("quotas") or []}
+    classes = {c["name"]: PriorityClassView(c["name"], int(c.get("value", 0)),
+                                            bool(c.get("preemptible", False)),
+                                            int(c.get("min_runtime_s", 0)), int(c.get("grace_s", 30)))
+               for c in data.get("priority_classes") or []}
+    hours = float((data.get("scheduler") or {}).get("fair_share_half_life_hours", 168))
+    return SimConfig(fleet_from_config(data), teams, quotas, classes, hours * 3600.0)
+
+
+def load_sim_config(path: str | Path) -> SimConfig:
+    """Read a config file with the project's validating loader (`allocation.config`)."""
+    from allocation.config import load_config_file
+
+    cfg = load_config_file(path)
+    data = {
+        "teams": [{"name": t.name, "weight": t.weight} for t in cfg.teams],
+        "quotas": [vars(q) for q in cfg.quotas],
+        "priority_classes": [vars(c) for c in cfg.priority_classes],
+        "scheduler": vars(cfg.scheduler) if cfg.scheduler else {},
+        "sources": [{"name": s.name, "kind": s.kind, "pool": s.pool, **s.options}
+                    for s in cfg.sources],
+    }
+    return sim_config_from_dict(data)
+
+
+# --- the Alibaba GPU trace (cluster-trace-gpu-v2023) ---------------------------------------------
+
+ALIBABA_QOS = {"LS": "high", "Burstable": "default", "Guaranteed": "default", "BE": "best-effort"}
+# Memory is not in the node list; nominal sizes for the public models, 16 GiB for internal codes.
+ALIBABA_MEMORY_MB = {"T4": 15360, "P100": 16384, "V100M16": 16384, "V100M32": 32768, "A10": 23028}
+
+
+def convert_alibaba(pod_csv: str | Path, node_csv: str | Path,
+                    teams: int = 4) -> tuple[list[Job], dict[str, Any]]:
+    """(jobs, config mapping) from the openb pod and node lists.
+
+    Jobs: arrival = creation_time, duration = deletion_time - scheduled_time; pods without GPUs,
+    never scheduled or never deleted are skipped. QoS LS -> high, Burstable/Guaranteed ->
+    default, BE -> best-effort. A fractional GPU (gpu_milli < 1000) becomes one whole GPU: the
+    pool hands out whole devices, so the replay is conservative about capacity. Team = crc32 of
+    the pod name modulo `teams` ("team-0" ...), stable across runs and machines.
+    Config: one pool `openb`, one simulated source per (model, GPUs per node), each team
+    guaranteed an equal part of half the fleet, no limit; priority classes as in the contract."""
+    groups: dict[tuple[str, int], int] = defaultdict(int)
+    with open(node_csv, newline="") as fh:
+        for row in csv.DictReader(fh):
+            if int(row["gpu"] or 0) > 0:
+                groups[(row["model"], int(row["gpu"]))] += 1
+    jobs: list[Job] = []
+    with open(pod_csv, newline="") as fh:
+        for line, row in enumerate(csv.DictReader(fh), start=2):
+            gpus = int(row["num_gpu"] or 0)
+            if gpus <= 0 or not row["deletion_time"] or not row["scheduled_time"]:
+                continue
+            duration = float(row["deletion_time"]) - float(row["scheduled_time"])
+            team = f"team-{zlib.crc32(row['name'].encode()) % teams}"
+            jobs.append(Job(len(jobs), float(row["creation_time"]), team, gpus, max(0.0, duration),
+                            ALIBABA_QOS.get(row["qos"], "default"), row["gpu_spec"], line))
+    jobs.sort(key=lambda j: (j.submit_s, j.index))
+    capacity = sum(n * g for (_, g), n in groups.items())
+    sources = [{"name": f"openb-{model.lower()}-{g}", "kind": "simulated", "pool": "openb",
+                "hosts": n, "gpus_per_host": g, "model": model,
+                "memory_mb": ALIBABA_MEMORY_MB.get(model, 16384)}
+               for (model, g), n in sorted(groups.items())]
+    names = [f"team-{i}" for i in range(teams)]
+    config = {
+        "pools": [{"name": "openb", "description": "Alibaba openb GPU nodes"}],
+        "teams": [{"name": n, "weight": 1} for n in names],
+        "quotas": [{"team": n, "pool": "openb", "guaranteed": capacity // (2 * teams),
+                    "limit": None} for n in names],
+        "priority_classes": [
+            {"name": "high", "value": 100, "preemptible": False},
+            {"name": "default", "value": 0},
+            {"name": "best-effort", "value": -10, "preemptible": True, "min_runtime_s": 300,
+             "grace_s": 30}],
+        "scheduler": {"fair_share_half_life_hours": 168, "pass_interval_s": 10},
+        "sources": sources,
+    }
+    return jobs, config
+
+
+# --- the replay ----------------------------------------------------------------------------------
+
+
+def _pools_for(jobs: Sequence[Job], fleet: Sequence[GpuView]) -> dict[int, tuple[str, bool]]:
+    """(pool, same_host) per job: the first pool with a matching GPU model and enough capacity."""
+    sizes: dict[str, dict[str, dict[str, int]]] = {}  # pool -> model -> host -> GPUs
+    for g in fleet:
+        if g.schedulable:
+            per = sizes.setdefault(g.pool, {}).setdefault(g.model, {})
+            per[g.host] = per.get(g.host, 0) + 1
+    pools = list(sizes) or ["default"]
+    cache: dict[tuple[str, int], tuple[str, bool]] = {}
+    out = {}
+    for job in jobs:
+        key = (job.model, job.gpus)
+        if key not in cache:
+            alts = model_alternatives(job.model)
+            cache[key] = (pools[0], True)
+            for pool in pools:
+                models = [m for m in sizes.get(pool, {}) if model_matches(Kind(m), alts)]
+                block = max((max(sizes[pool][m].values()) for m in models), default=0)
+                total = max((sum(sizes[pool][m].values()) for m in models), default=0)
+                if total >= job.gpus:
+                    cache[key] = (pool, job.gpus <= block)
+                    break
+        out[job.index] = cache[key]
+    return out
+
+
+def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
+             quotas: Mapping[tuple[str, str], QuotaView],
+             priority_classes: Mapping[str, PriorityClassView], half_life_s: float = 168 * 3600.0,
+             policy_name: str = "fair", *, restart: bool = False) -> dict[str, Any]:
+    """Replay `jobs` on `fleet` through policy `policy_name`; returns the CONTRACT's metrics.
+    Raises TraceError for a job naming an unknown priority class, RuntimeError if the policy
+    ever grants a GPU twice or preempts an ending lease."""
+    known = set(priority_classes) | {""}
+    bad = [j for j in jobs if j.priority_class not in known and j.priority_class != "default"]
+    if bad:
+        raise TraceError(f"trace line {bad[0].line}: unknown priority class "
+                         f"{bad[0].priority_class!r} (known: {', '.join(sorted(priority_classes))})")
+    started = time.perf_counter()
+    replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
+                    get_policy(policy_name), _pools_for(jobs, fleet), restart)
+    result = replay.run()
+    result["wall_s"] = round(time.perf_counter() - started, 3)
+    return result

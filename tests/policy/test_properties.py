@@ -1,0 +1,187 @@
+"""Invariants of both policies on random fleets, quotas, running leases and requests."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allocation.policy.fair import schedule as fair
+from allocation.policy.fifo import schedule as fifo
+from allocation.policy.matching import kind_eligible, kind_of
+from allocation.policy.types import (
+    GpuView,
+    QuotaView,
+    RequestView,
+    RunningView,
+    Snapshot,
+    TeamView,
+)
+
+TEAMS = ("a", "b", "c")
+MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB")
+NOW = 100_000.0
+
+
+@st.composite
+def snapshots(draw: st.DrawFn, simple: bool = False) -> Snapshot:
+    """A consistent random snapshot. `simple`: one model, 1-GPU running leases, nothing ending,
+    no min runtime, no constraints, guarantees that fit the fleet (guarantees must be reachable)."""
+    pools = ("p",) if simple else ("p", "q")
+    gpus: list[GpuView] = []
+    for h in range(draw(st.integers(1, 6))):
+        pool = draw(st.sampled_from(pools))
+        model = MODELS[0] if simple else draw(st.sampled_from(MODELS))
+        memory = 81559 if "H100" in model else 40960
+        for _ in range(draw(st.integers(1, 8))):
+            ok = simple or draw(st.integers(0, 9)) > 0
+            gpus.append(GpuView(len(gpus) + 1, pool, f"{pool}-h{h}", model, memory, "550.54",
+                                "12.4", schedulable=ok))
+    free = [g for g in gpus if g.schedulable]
+    running: list[RunningView] = []
+    order = draw(st.permutations(range(len(free))))
+    taken = order[:draw(st.integers(0, len(free)))]
+    i = 0
+    while i < len(taken):
+        size = 1 if simple else draw(st.integers(1, 4))
+        pool = free[taken[i]].pool
+        chunk = [free[j].id for j in taken[i:i + size] if free[j].pool == pool]
+        i += size
+        running.append(RunningView(
+            f"r{len(running)}", draw(st.sampled_from(TEAMS)), pool, tuple(chunk),
+            priority=draw(st.sampled_from((-10, 0, 100))), preemptible=draw(st.booleans()),
+            granted_at=NOW - draw(st.sampled_from((10, 10_000))),
+            borrowed=draw(st.booleans()),
+            min_runtime_s=0 if simple else draw(st.sampled_from((0, 600))),
+            expected_end=draw(st.one_of(st.none(), st.floats(NOW, NOW + 1e5))),
+            ending=False if simple else draw(st.integers(0, 5)) == 0))
+    quotas: dict[tuple[str, str], QuotaView] = {}
+    budget = {p: sum(1 for g in free if g.pool == p) for p in pools}
+    for team in TEAMS:
+        for pool in pools:
+            if draw(st.booleans()):
+                guaranteed = draw(st.integers(0, max(0, budget[pool])))
+                if simple:
+                    budget[pool] -= guaranteed
+                limit = draw(st.one_of(st.none(), st.integers(guaranteed, guaranteed + 16)))
+                quotas[(team, pool)] = QuotaView(team, pool, guaranteed, None if simple else limit)
+    pending = []
+    for n in range(draw(st.integers(0, 12))):
+        pending.append(RequestView(
+            f"q{n}", draw(st.sampled_from(TEAMS)), draw(st.sampled_from(pools)),
+            draw(st.integers(1, 10)), priority=draw(st.sampled_from((-10, 0, 100))),
+            created_at=float(draw(st.integers(0, 50))),
+            model="" if simple else draw(st.sampled_from(("", "H100", "a100|h100", "B200"))),
+            min_memory_mb=0 if simple else draw(st.sampled_from((0, 50_000))),
+            same_host=False if simple else draw(st.booleans()),
+            expected_duration_s=draw(st.one_of(st.none(), st.floats(1, 1e5)))))
+    teams = {t: TeamView(t, draw(st.sampled_from((0.5, 1.0, 3.0))),
+                         draw(st.floats(0, 1e7))) for t in TEAMS}
+    return Snapshot(NOW, tuple(gpus), teams, quotas, tuple(running), tuple(pending))
+
+
+def _held(snapshot: Snapshot) -> dict[tuple[str, str], int]:
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    for run in snapshot.running:
+        held[(run.team, run.pool)] += len(run.gpu_ids)
+    return held
+
+
+def _check_grants(snapshot: Snapshot, policy: object) -> None:
+    d = policy(snapshot)  # type: ignore[operator]
+    gpus = {g.id: g for g in snapshot.gpus}
+    requests = {r.lease_id: r for r in snapshot.pending}
+    busy = {g for run in snapshot.running for g in run.gpu_ids}
+    decided = [g.lease_id for g in d.grants] + [p.lease_id for p in d.pending]
+    assert sorted(decided) == sorted(requests), "every request is granted or pending, once"
+    held = _held(snapshot)
+    for grant in d.grants:
+        req = requests[grant.lease_id]
+        assert len(grant.gpu_ids) == len(set(grant.gpu_ids)) == req.gpus, "all or nothing"
+        assert not busy & set(grant.gpu_ids), "no GPU granted twice"
+        busy |= set(grant.gpu_ids)
+        views = [gpus[g] for g in grant.gpu_ids]
+        assert all(v.schedulable and v.pool == req.pool for v in views)
+        assert len({v.model for v in views}) == 1, "one model per lease"
+        constraint = (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
+        assert all(kind_eligible(kind_of(v), constraint, req.team) for v in views)
+        if req.same_host:
+            assert {v.host for v in views} == {grant.host}
+        held[(req.team, req.pool)] += req.gpus
+    before = _held(snapshot)
+    for key, quota in snapshot.quotas.items():
+        if quota.limit is not None and held[key] > before[key]:
+            assert held[key] <= quota.limit, "limits are never exceeded"
+    positions = defaultdict(list)
+    for item in d.pending:
+        positions[requests[item.lease_id].pool].append(item.queue_position)
+        assert item.reason
+    for values in positions.values():
+        assert sorted(values) == list(range(1, len(values) + 1))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_fair_grants_are_valid_all_or_nothing_and_within_limits(snapshot: Snapshot) -> None:
+    _check_grants(snapshot, fair)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_fifo_grants_are_valid_all_or_nothing_and_within_limits(snapshot: Snapshot) -> None:
+    _check_grants(snapshot, fifo)
+    assert not fifo(snapshot).preemptions
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_victims_are_preemptible_or_borrowed_and_guarantees_are_kept(snapshot: Snapshot) -> None:
+    d = fair(snapshot)
+    running = {r.lease_id: r for r in snapshot.running}
+    requests = {r.lease_id: r for r in snapshot.pending}
+    lost: dict[tuple[str, str], int] = defaultdict(int)
+    assert len({p.lease_id for p in d.preemptions}) == len(d.preemptions), "one stop per victim"
+    for stop in d.preemptions:
+        victim, by = running[stop.lease_id], requests[stop.by_lease_id]
+        assert not victim.ending, "never preempt an ending lease again"
+        assert NOW - victim.granted_at >= victim.min_runtime_s, "min runtime honoured"
+        assert victim.pool == by.pool
+        lower = victim.preemptible and victim.priority < by.priority
+        assert lower or victim.team != by.team, "own leases only for priority"
+        if victim.team != by.team:
+            lost[(victim.team, victim.pool)] += len(victim.gpu_ids)
+            assert lower or stop.kind == "reclaim"
+    held, leaving = _held(snapshot), defaultdict(int)
+    for run in snapshot.running:
+        if run.ending:
+            leaving[(run.team, run.pool)] += len(run.gpu_ids)
+    for key, gone in lost.items():
+        quota = snapshot.quotas.get(key)
+        guaranteed = quota.guaranteed if quota else 0
+        assert held[key] - leaving[key] - gone >= guaranteed, "victims keep their guarantee"
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(simple=True))
+def test_a_team_below_its_guarantee_gets_its_request_or_preemptions(snapshot: Snapshot) -> None:
+    d = fair(snapshot)
+    held = _held(snapshot)
+    served = {r.team for r in snapshot.pending
+              if r.lease_id in {g.lease_id for g in d.grants} |
+              {p.by_lease_id for p in d.preemptions}}
+    for req in snapshot.pending:
+        quota = snapshot.quotas.get((req.team, req.pool))
+        if quota is not None and held[(req.team, req.pool)] + req.gpus <= quota.guaranteed:
+            assert req.team in served, f"{req.team} is owed {req.gpus} GPUs"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_skipping_estimated_starts_never_changes_a_decision(snapshot: Snapshot) -> None:
+    from dataclasses import replace
+
+    full, lean = fair(snapshot), fair(replace(snapshot, estimate_starts=False))
+    assert (full.grants, full.preemptions) == (lean.grants, lean.preemptions)
+    assert [(p.lease_id, p.reason, p.queue_position) for p in full.pending] == \
+        [(p.lease_id, p.reason, p.queue_position) for p in lean.pending]
