@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
 from allocation.leases import audit, bulk_audit, lease_end, transition
-from allocation.ledger import team_usage_views
+from allocation.ledger import half_life_s, team_usage_views
 from allocation.models import Lease, LeaseGpu, PriorityClass, Quota
 from allocation.policy import get_policy
 from allocation.policy.types import (
@@ -121,7 +121,7 @@ def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, Lease
                                           pc.grace_s) for pc in PriorityClass.objects.all()}
     snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now),
                         quotas=quotas, running=running, pending=pending,
-                        priority_classes=classes)
+                        priority_classes=classes, half_life_s=half_life_s())
     return snapshot, pending_rows, gpu_host
 
 
