@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from agents.base import AgentError, connector_class
+from allocation.policy.types import PriorityClassView, QuotaView
 
 TOP_KEYS = {"pools", "teams", "quotas", "priority_classes", "scheduler", "sources"}
 SOURCE_COMMON = {"name", "kind", "pool", "interval_s"}
@@ -41,21 +42,9 @@ class TeamSpec:
     members: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class QuotaSpec:
-    team: str
-    pool: str
-    guaranteed: int = 0
-    limit: int | None = None
-
-
-@dataclass(frozen=True)
-class PriorityClassSpec:
-    name: str
-    value: int = 0
-    preemptible: bool = False
-    min_runtime_s: int = 0
-    grace_s: int = 30
+# A quota or priority class in the file is exactly what the policy reads: one type, not two.
+QuotaSpec = QuotaView
+PriorityClassSpec = PriorityClassView
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.simulated import DEFAULTS as SIMULATED_DEFAULTS
 from allocation.policy import get_policy
 from allocation.policy.matching import Kind, model_alternatives, model_matches
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import GpuView, PriorityClassView, QuotaView
 
 TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model")
-SIM_DEFAULTS: dict[str, Any] = {"hosts": 4, "gpus_per_host": 8, "model": "NVIDIA H100 80GB HBM3",
-                                "memory_mb": 81559, "driver_version": "550.54.15",
-                                "cuda_version": "12.4"}
+# The simulated connector's own defaults, so a replay sees the fleet `discover` would build.
+SIM_DEFAULTS: dict[str, Any] = SIMULATED_DEFAULTS
 
 
 class TraceError(ValueError):
@@ -165,15 +165,11 @@ def load_sim_config(path: str | Path) -> SimConfig:
     from allocation.config import load_config_file
 
     cfg = load_config_file(path)
-    data = {
-        "teams": [{"name": t.name, "weight": t.weight} for t in cfg.teams],
-        "quotas": [vars(q) for q in cfg.quotas],
-        "priority_classes": [vars(c) for c in cfg.priority_classes],
-        "scheduler": vars(cfg.scheduler) if cfg.scheduler else {},
-        "sources": [{"name": s.name, "kind": s.kind, "pool": s.pool, **s.options}
-                    for s in cfg.sources],
-    }
-    return sim_config_from_dict(data)
+    sources = [{"name": src.name, "kind": src.kind, "pool": src.pool, **src.options} for src in cfg.sources]
+    hours = cfg.scheduler.fair_share_half_life_hours if cfg.scheduler else 168.0
+    return SimConfig(fleet_from_config({"sources": sources}), {t.name: t.weight for t in cfg.teams},
+                     {(q.team, q.pool): q for q in cfg.quotas},
+                     {c.name: c for c in cfg.priority_classes}, hours * 3600.0)
 
 
 # --- the Alibaba GPU trace (cluster-trace-gpu-v2023) ---------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from allocation.capacity import capacity_move_confirm, capacity_preview, lease_outcome_counts
 from frontend.access import admin_required, is_htmx
@@ -41,9 +42,8 @@ def capacity(request: HttpRequest) -> HttpResponse:
 
 
 @admin_required
+@require_POST
 def capacity_preview_view(request: HttpRequest) -> HttpResponse:
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
     form = _form(request.POST)
     if not form.is_valid():
         return _preview_response(request, form, status=422)
@@ -53,9 +53,8 @@ def capacity_preview_view(request: HttpRequest) -> HttpResponse:
 
 
 @admin_required
+@require_POST
 def capacity_confirm_view(request: HttpRequest) -> HttpResponse:
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
     form = _form(request.POST)
     if not form.is_valid():
         return _preview_response(request, form, status=422)
