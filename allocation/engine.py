@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
+from allocation.events import LeaseChange, announce
 from allocation.leases import audit, bulk_audit, lease_end, transition
 from allocation.ledger import half_life_s, team_usage_views
 from allocation.models import Lease, LeaseGpu, PriorityClass, Quota
@@ -51,7 +52,7 @@ class PassReport:
     freed_now: int = 0  # preempted leases whose GPUs were freed within the pass
 
 
-PENDING_FIELDS = ("pk", "team__name", "priority_class__value", "created_at", "gpu_count", "model",
+PENDING_FIELDS = ("pk", "team_id", "team__name", "priority_class__value", "created_at", "gpu_count", "model",
                   "min_memory_mb", "same_host", "min_driver_version", "min_cuda_version", "ttl_seconds",
                   "reason", "queue_position", "estimated_start", "binding_spec")
 
@@ -162,6 +163,7 @@ def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Any],
     granted_gpu_ids: list[int] = []
     to_bind: list[str] = []
     granted: list[Lease] = []
+    changes: list[LeaseChange] = []
     for grant in decisions.grants:
         row = pending_rows[grant.lease_id]
         lease = Lease(pk=row.pk, state=S.PENDING, ttl_seconds=row.ttl_seconds, binding_spec=row.binding_spec)
@@ -169,7 +171,9 @@ def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Any],
         reason = f"granted {len(grant.gpu_ids)} GPU(s) on {grant.host}" + (
             " (borrowed capacity)" if grant.borrowed else "")
         events.append(transition(lease, S.GRANTED, actor="system:scheduler", reason=reason, now=now,
-                                 extra={"gpus": list(grant.gpu_ids), "borrowed": grant.borrowed}))
+                                 extra={"gpus": list(grant.gpu_ids), "borrowed": grant.borrowed},
+                                 announce=False))
+        changes.append(LeaseChange(grant.lease_id, pool.pk, row.team_id, S.GRANTED))
         lease.granted_at = now
         lease.expires_at = now + timedelta(seconds=lease.ttl_seconds)
         lease.borrowed = grant.borrowed
@@ -202,6 +206,7 @@ def _apply(pool: Pool, decisions: Decisions, pending_rows: dict[str, Any],
     bulk_update_fast(Lease, changed, ["reason", "queue_position", "estimated_start"])
     report.pending = len(decisions.pending)
     bulk_audit(events)
+    announce(changes)
     for lease_id in to_bind:
         transaction.on_commit(lambda lid=lease_id: request_bind(lid))
     for lease_id in to_unbind:

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from allocation.choices import END_STATES, LeaseState
+from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
 from inventory.models import Gpu
 from inventory.services import gpu_refresh_states
@@ -55,8 +56,11 @@ def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease 
 
 
 def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
-               now: datetime | None = None, extra: dict[str, Any] | None = None) -> AuditEvent:
-    """Move one in-memory lease to `target` (caller saves it); returns the unsaved audit event.
+               now: datetime | None = None, extra: dict[str, Any] | None = None,
+               announce: bool = True) -> AuditEvent:
+    """Move one in-memory lease to `target` (caller saves it, in a transaction); returns the
+    unsaved audit event. Watchers hear of it once that transaction commits; a caller moving many
+    leases at once passes `announce=False` and announces them in one batch (`events.announce`).
 
     Raises IllegalTransition for a move the state machine does not allow.
     """
@@ -73,6 +77,8 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
         lease.granted_at = lease.expires_at = lease.ended_at = None
         lease.host = None
         lease.ending_since = None
+    if announce:
+        announce_lease(lease)
     return audit(actor=actor, action=f"lease.{target}", obj=lease, lease=lease, at=now,
                  message=reason, data={"from": previous, "to": target, **(extra or {})})
 

@@ -14,6 +14,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
+from allocation.events import announce_lease
 from allocation.leases import lease_end, lease_free_gpus, transition
 from allocation.models import Lease, PriorityClass, Quota, Team
 from allocation.policy import matching
@@ -131,6 +132,7 @@ def lease_create(*, user: AbstractBaseUser, pool: Pool, gpus: int, team: str | N
             audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
                   message=f"{gpus} GPU(s) in pool {pool.name} for team {team_obj.name}",
                   data={"request": request}).save()
+            announce_lease(lease)
     except IntegrityError:
         # Two requests raced with one Idempotency-Key: the other one won; answer with it.
         existing = Lease.objects.filter(user=user, idempotency_key=idempotency_key).first()

@@ -122,6 +122,8 @@ else:
         # Remote-control (pidbox) messages; kombu's default is ./control in the working directory.
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # The filesystem transport polls its folder; kombu's 1 s default would delay every pass.
+        "polling_interval": 0.05,
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
                           "LOCATION": str(VAR_DIR / "cache")}}
@@ -132,6 +134,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "gpupool"
+# Scheduling passes have a queue and a worker of their own, so a pass never waits behind
+# discovery, binding or observation (tasks that wait on SSH and Kubernetes for seconds).
+SCHEDULE_QUEUE = "gpupool.schedule"
+CELERY_TASK_ROUTES = {"allocation.schedule_pass": {"queue": SCHEDULE_QUEUE}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

@@ -25,6 +25,10 @@ trap cleanup INT TERM EXIT
 .venv/bin/celery -A pool worker --loglevel INFO --concurrency 2 -Q gpupool -n "gpupool@%h" \
   >var/log/worker.log 2>&1 &
 pids+=($!)
+# Scheduling passes run in a worker of their own: they never wait behind slow tasks.
+.venv/bin/celery -A pool worker --loglevel INFO --concurrency 1 -Q gpupool.schedule -n "scheduler@%h" \
+  >var/log/scheduler.log 2>&1 &
+pids+=($!)
 .venv/bin/celery -A pool beat --loglevel INFO --schedule var/celerybeat-schedule \
   >var/log/beat.log 2>&1 &
 pids+=($!)

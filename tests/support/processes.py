@@ -40,7 +40,7 @@ def celery_worker(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes
     """A real `celery worker` process; waits until it is ready, stops it afterwards."""
     log = log_path.open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "pool", "worker", "-P", "solo", "-Q", "gpupool",
+        [sys.executable, "-m", "celery", "-A", "pool", "worker", "-P", "solo", "-Q", "gpupool,gpupool.schedule",
          "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
          "-n", f"test-{os.getpid()}@%h"],
         cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
