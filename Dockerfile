@@ -12,4 +12,4 @@ COPY manage.py ./
 COPY examples ./examples
 RUN pip install --no-cache-dir . && mkdir -p /var/lib/gpupool
 EXPOSE 8000
-CMD ["gunicorn", "pool.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4"]
+CMD ["gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3"]

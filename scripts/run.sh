@@ -32,7 +32,7 @@ pids+=($!)
 .venv/bin/celery -A pool beat --loglevel INFO --schedule var/celerybeat-schedule \
   >var/log/beat.log 2>&1 &
 pids+=($!)
-.venv/bin/gunicorn pool.wsgi:application --bind "0.0.0.0:${PORT}" --workers 2 --threads 4 \
+.venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "0.0.0.0:${PORT}" --workers 2 \
   --access-logfile var/log/access.log --error-logfile var/log/web.log &
 pids+=($!)
 

@@ -17,7 +17,10 @@ def test_compose_runs_postgres_redis_web_worker_and_beat_from_one_image() -> Non
         assert services[name]["env_file"] == ".env"
     assert services["worker"]["command"][:4] == ["celery", "-A", "pool", "worker"]
     assert services["beat"]["command"][:4] == ["celery", "-A", "pool", "beat"]
-    assert "pool.wsgi:application" in services["web"]["command"]
+    assert "pool.asgi:application" in services["web"]["command"]
+    assert "uvicorn_worker.UvicornWorker" in services["web"]["command"]
+    assert services["scheduler"]["command"][:4] == ["celery", "-A", "pool", "worker"]
+    assert "gpupool.schedule" in services["scheduler"]["command"]
     assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 

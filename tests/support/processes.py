@@ -62,3 +62,45 @@ def celery_worker(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def web_server(log_path: Path, **env: str) -> Iterator[str]:
+    """The production web server (gunicorn + uvicorn worker on pool.asgi) on a free loopback
+    port; yields its base URL once /healthz answers."""
+    import requests
+
+    port = free_port()
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
+         "--bind", f"127.0.0.1:{port}", "--workers", "1", "--graceful-timeout", "2"],
+        cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"web server did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,127 @@
+"""Synchronous reads behind the watch endpoints: who is asking, what they may see, lease JSON.
+
+These run on the feed's DB threads (`feed.in_db`), never on the event loop. They use the API's own
+rules: token or session authentication, a member sees their teams' leases, a pool admin all, and
+the lease JSON is the API's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from allocation.events import LeaseChange
+
+
+@dataclass(frozen=True)
+class Viewer:
+    user: Any
+    is_admin: bool
+    team_ids: frozenset[int]
+
+    def sees(self, change: LeaseChange) -> bool:
+        return self.is_admin or change.team_id in self.team_ids
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
+    """The API's authentication: `Authorization: Token KEY`, else the dashboard's session cookie."""
+    from django.conf import settings
+    from django.contrib.auth import get_user
+
+    from pool.api.permissions import is_pool_admin
+
+    user = None
+    auth = headers.get("authorization", "").split()
+    if auth:
+        if len(auth) != 2 or auth[0].lower() != "token":
+            return None
+        from rest_framework.authtoken.models import Token
+
+        token = Token.objects.select_related("user").filter(key=auth[1]).first()
+        user = token.user if token is not None else None
+    else:
+        cookies = _cookies(headers.get("cookie", ""))
+        key = cookies.get(settings.SESSION_COOKIE_NAME)
+        if key:
+            from importlib import import_module
+
+            store = import_module(settings.SESSION_ENGINE).SessionStore(key)
+            user = get_user(_SessionRequest(store))
+    if user is None or not user.is_active or not user.is_authenticated:
+        return None
+    teams = frozenset(user.teams.values_list("pk", flat=True))
+    return Viewer(user=user, is_admin=is_pool_admin(user), team_ids=teams)
+
+
+class _SessionRequest:
+    """The one attribute `django.contrib.auth.get_user` reads."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+
+def _cookies(raw: str) -> dict[str, str]:
+    from http.cookies import SimpleCookie
+
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(raw)
+    except Exception:
+        return {}
+    return {k: m.value for k, m in jar.items()}
+
+
+def leases_json(viewer: Viewer, lease_ids: list[str]) -> dict[str, str]:
+    """The API's JSON of each visible lease among `lease_ids`, by id (one read for the batch)."""
+    from rest_framework.utils.encoders import JSONEncoder
+
+    from allocation.api.serializers import LeaseSerializer
+    from allocation.selectors import lease_list
+
+    rows = lease_list(user=viewer.user).filter(pk__in=set(lease_ids))
+    return {str(data["id"]): json.dumps(data, cls=JSONEncoder, separators=(",", ":"))
+            for data in LeaseSerializer(rows, many=True).data}
+
+
+def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes]:
+    """(state, JSON body) of one lease the viewer may see, or (None, b"") when it may not."""
+    body = leases_json(viewer, [lease_id]).get(str(uuid.UUID(lease_id)))
+    if body is None:
+        return None, b""
+    return str(json.loads(body)["state"]), body.encode()
+
+
+def change_filter(viewer: Viewer, team: str, pool: str) -> Callable[[LeaseChange], bool]:
+    """What a stream with `?team=&pool=` may carry for this viewer. Raises the handlers' HttpError
+    for an unknown name or a team the viewer is not in."""
+    from allocation.models import Team
+    from allocation.watch.handlers import HttpError
+    from inventory.models import Pool
+
+    team_id = pool_id = None
+    if team:
+        team_id = Team.objects.filter(name=team).values_list("pk", flat=True).first()
+        if team_id is None:
+            raise HttpError(404, "unknown_team", f"team {team!r} does not exist")
+        if not viewer.is_admin and team_id not in viewer.team_ids:
+            raise HttpError(403, "not_a_member", f"you are not a member of team {team!r}")
+    if pool:
+        pool_id = Pool.objects.filter(name=pool).values_list("pk", flat=True).first()
+        if pool_id is None:
+            raise HttpError(404, "unknown_pool", f"pool {pool!r} does not exist")
+
+    def wants(change: LeaseChange) -> bool:
+        return (viewer.sees(change) and (team_id is None or change.team_id == team_id)
+                and (pool_id is None or change.pool_id == pool_id))
+
+    return wants

@@ -1,0 +1,245 @@
+"""One feed of lease changes per web process, shared by every waiting client.
+
+A single asyncio task reads the change log and hands each change to the subscribers that want it,
+so a thousand waiting clients cost one reader, not a thousand pollers:
+- with Redis, the log is the stream that `allocation.events` writes after each commit
+  (`XREAD BLOCK`); event ids are stream ids (`1732368000000-0`);
+- without Redis (the embedded mode), it is the audit log, read every POLL_S; event ids are audit
+  event ids, in commit order there because SQLite has a single writer.
+
+Subscribers get `(event_id, LeaseChange)` pairs on an asyncio queue. A subscriber that falls too
+far behind (its queue is full) is marked `overflowed` and ends its stream; the client resumes from
+its last event id. A resume point older than what the log keeps is `Expired` (HTTP 410).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocation.events import STREAM, LeaseChange
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.25  # audit-log polling interval in the embedded mode
+BLOCK_MS = 5_000  # XREAD BLOCK: wakes at least this often to notice shutdown
+BATCH = 2_000
+QUEUE_MAX = 10_000
+
+# Database work of the watch endpoints runs here: a few long-lived threads, each with its own
+# persistent Django connection, never the event loop and never the request threads of the API.
+DB_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="watch-db")
+
+
+class Expired(Exception):
+    """The resume point is older than the oldest change the log still holds."""
+
+
+class BadEventId(ValueError):
+    pass
+
+
+def parse_event_id(value: str) -> tuple[int, ...]:
+    """`1732368000000-3` (a stream id) or `123` (an audit id) as a comparable tuple."""
+    try:
+        parts = tuple(int(p) for p in value.strip().split("-"))
+    except ValueError:
+        raise BadEventId(f"not an event id: {value[:40]!r}") from None
+    if not 1 <= len(parts) <= 2 or any(p < 0 for p in parts):
+        raise BadEventId(f"not an event id: {value[:40]!r}")
+    return parts
+
+
+async def in_db(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(*args)` on the watch DB threads (fresh connection if the old one went stale)."""
+
+    def job() -> Any:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        return fn(*args)
+
+    return await asyncio.get_running_loop().run_in_executor(DB_EXECUTOR, job)
+
+
+@dataclass(eq=False)
+class Subscriber:
+    wants: Callable[[LeaseChange], bool]
+    queue: asyncio.Queue[tuple[str, LeaseChange]] = field(
+        default_factory=lambda: asyncio.Queue(maxsize=QUEUE_MAX))
+    overflowed: bool = False
+
+    def offer(self, event_id: str, change: LeaseChange) -> None:
+        if self.overflowed or not self.wants(change):
+            return
+        try:
+            self.queue.put_nowait((event_id, change))
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+
+class Feed:
+    """The process's reader of the change log (started on first use)."""
+
+    def __init__(self) -> None:
+        self.subscribers: set[Subscriber] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._redis: Any = None
+        self.head = ""  # the last event id handed out (or the log's end at start)
+
+    # --- subscribers ------------------------------------------------------------------------
+    async def subscribe(self, wants: Callable[[LeaseChange], bool]) -> Subscriber:
+        await self._ensure_running()
+        sub = Subscriber(wants)
+        self.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+
+    def dispatch(self, event_id: str, change: LeaseChange) -> None:
+        self.head = event_id
+        for sub in list(self.subscribers):
+            sub.offer(event_id, change)
+
+    # --- the log ------------------------------------------------------------------------------
+    def redis(self) -> Any:
+        from django.conf import settings
+
+        if self._redis is None and getattr(settings, "REDIS_URL", None):
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+                                                  socket_timeout=BLOCK_MS / 1000 + 5)
+        return self._redis
+
+    async def _ensure_running(self) -> None:
+        if self._task is not None and not self._task.done():
+            return
+        self.head = await self.end_of_log()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
+
+    async def end_of_log(self) -> str:
+        """The id of the newest change in the log ("0" when it is empty)."""
+        client = self.redis()
+        if client is not None:
+            last = await client.xrevrange(STREAM, count=1)
+            return _s(last[0][0]) if last else "0-0"
+        return str(await in_db(_audit_head))
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                if self.redis() is not None:
+                    await self._read_stream()
+                else:
+                    await self._poll_audit()
+                delay = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis or the database away: waiters fall back on their timeouts
+                logger.warning("lease feed: reading the change log failed; retrying in %.1fs", delay,
+                               exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _read_stream(self) -> None:
+        reply = await self.redis().xread({STREAM: self.head or "0-0"}, count=BATCH, block=BLOCK_MS)
+        for _stream, entries in reply or []:
+            for event_id, fields in entries:
+                self.dispatch(_s(event_id), _change(fields))
+
+    async def _poll_audit(self) -> None:
+        rows = await in_db(_audit_after, int(self.head or 0), BATCH)
+        for event_id, change in rows:
+            self.dispatch(event_id, change)
+        if len(rows) < BATCH:
+            await asyncio.sleep(POLL_S)
+
+    async def backlog(self, since: str, until: str) -> list[tuple[str, LeaseChange]]:
+        """Changes after `since` up to and including `until`, oldest first. Raises Expired when
+        the log no longer holds what followed `since`."""
+        start, end = parse_event_id(since), parse_event_id(until)
+        if start >= end:
+            return []
+        client = self.redis()
+        if client is None:
+            out: list[tuple[str, LeaseChange]] = []
+            cursor = start[0]
+            while True:
+                rows = await in_db(_audit_after, cursor, BATCH, end[0])
+                out.extend(rows)
+                if len(rows) < BATCH:
+                    return out
+                cursor = int(rows[-1][0])
+        await self._check_not_trimmed(client, since)
+        out = []
+        cursor = f"({since}"
+        while True:
+            entries = await client.xrange(STREAM, min=cursor, max=until, count=BATCH)
+            out.extend((_s(i), _change(f)) for i, f in entries)
+            if len(entries) < BATCH:
+                return out
+            cursor = f"({_s(entries[-1][0])}"
+
+    async def _check_not_trimmed(self, client: Any, since: str) -> None:
+        import redis
+
+        try:
+            info = await client.xinfo_stream(STREAM)
+        except redis.ResponseError:  # no stream at all: nothing was ever kept after `since`
+            if parse_event_id(since) > (0, 0):
+                raise Expired(since) from None
+            return
+        # Trimming (MAXLEN) leaves no trace of what it removed but counts: when entries were removed
+        # and `since` is older than the oldest one kept, something after `since` may be gone.
+        length = int(info.get("length", 0))
+        removed = int(info.get("entries-added", length + 1)) > length
+        oldest = info.get("recorded-first-entry-id") or (info.get("first-entry") or [None])[0]
+        if length == 0:
+            oldest = info.get("last-generated-id")
+        if removed and oldest and parse_event_id(since) < parse_event_id(_s(oldest)):
+            raise Expired(since)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _change(fields: dict[Any, Any]) -> LeaseChange:
+    f = {_s(k): _s(v) for k, v in fields.items()}
+    return LeaseChange(lease_id=f["lease"], pool_id=int(f["pool"]), team_id=int(f["team"]), state=f["state"])
+
+
+def _audit_head() -> int:
+    from django.db.models import Max
+
+    from allocation.models import AuditEvent
+
+    return AuditEvent.objects.aggregate(m=Max("id"))["m"] or 0
+
+
+def _audit_after(after: int, limit: int, until: int | None = None) -> list[tuple[str, LeaseChange]]:
+    from allocation.models import AuditEvent
+
+    qs = AuditEvent.objects.filter(id__gt=after, lease__isnull=False, action__startswith="lease.")
+    if until is not None:
+        qs = qs.filter(id__lte=until)
+    rows = qs.order_by("id").values_list("id", "lease_id", "lease__pool_id", "lease__team_id", "lease__state")
+    return [(str(pk), LeaseChange(str(lease), pool, team, state)) for pk, lease, pool, team, state in rows[:limit]]
+
+
+_FEED: Feed | None = None
+
+
+def feed() -> Feed:
+    """The process's feed (one per event loop; web processes have one loop)."""
+    global _FEED
+    if _FEED is None:
+        _FEED = Feed()
+    return _FEED

@@ -1,0 +1,226 @@
+"""The two waiting endpoints, as plain ASGI handlers on the event loop (see pool/asgi.py):
+
+- `GET /api/v1/leases/{id}/?wait=SECONDS[&state=S]`: a long poll. Answers with the lease as soon as
+  its state differs from `state` (default: its state when the call arrives), or when SECONDS
+  (at most 60) have passed.
+- `GET /api/v1/leases/events/?team=&pool=&since=ID[&timeout=S]`: Server-Sent Events, one per lease
+  change (`id:` the event id, `event: lease`, `data:` the lease JSON), resumable from `since` or
+  the `Last-Event-ID` header. It opens with a `bookmark` event carrying the current position, so a
+  client can resume even if nothing changes; a resume point the log no longer holds is a 410 with
+  code `event_id_expired` (list the leases again, then watch from the new bookmark).
+
+A waiting client holds a coroutine, not a thread: the API's request threads stay free. Database
+reads run on the feed's few DB threads. Authentication is the API's (token or session); a member
+sees their teams' leases, a pool admin all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from allocation.events import LeaseChange
+from allocation.watch import access
+from allocation.watch.feed import BadEventId, Expired, feed, in_db, parse_event_id
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+MAX_WAIT_S = 60.0
+RECHECK_S = 5.0  # a long poll re-reads the lease this often even without a notification
+HEARTBEAT_S = 15.0
+DEFAULT_STREAM_S = 1800.0  # like a Kubernetes watch timeout: the client reconnects and resumes
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def query(scope: dict[str, Any]) -> dict[str, str]:
+    raw = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    return {k: v[-1] for k, v in raw.items()}
+
+
+def _headers(scope: dict[str, Any]) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _seconds(params: dict[str, str], name: str, default: float, maximum: float) -> float:
+    raw = params.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise HttpError(400, f"invalid_{name}", f"{name} must be a number of seconds, got {raw[:20]!r}") from None
+    if not 0 <= value < float("inf"):
+        raise HttpError(400, f"invalid_{name}", f"{name} must be between 0 and {maximum:g} seconds")
+    return min(value, maximum)
+
+
+async def send_json(send: Send, status: int, body: Any, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"cache-control", b"no-store"),
+                            (b"content-length", str(len(payload)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def handle(handler: Callable[..., Awaitable[None]], scope: dict[str, Any], receive: Receive,
+                 send: Send, **kwargs: Any) -> None:
+    """Run a handler; its HttpErrors (and unexpected failures) become the API's JSON error body."""
+    if scope.get("method") not in ("GET", "HEAD"):
+        await send_json(send, 405, {"code": "method_not_allowed", "message": "only GET is allowed here"},
+                        ((b"allow", b"GET"),))
+        return
+    try:
+        await handler(scope, receive, send, **kwargs)
+    except HttpError as exc:
+        await send_json(send, exc.status, {"code": exc.code, "message": exc.message}, exc.headers)
+    except Exception as exc:  # the database is away, most likely: say so in JSON, never a trace
+        import logging
+
+        logging.getLogger(__name__).exception("watch endpoint failed")
+        from django.db import DatabaseError
+
+        if isinstance(exc, DatabaseError):
+            await send_json(send, 503, {"code": "database_unavailable",
+                                        "message": "the database is not answering; retry shortly"},
+                            ((b"retry-after", b"5"),))
+        else:
+            await send_json(send, 500, {"code": "server_error", "message": "internal error; it has been logged"})
+
+
+async def _user(scope: dict[str, Any]) -> access.Viewer:
+    viewer = await in_db(access.viewer_from_headers, _headers(scope))
+    if viewer is None:
+        raise HttpError(401, "not_authenticated", "Authentication credentials were not provided or are invalid.",
+                        ((b"www-authenticate", b"Token"),))
+    return viewer
+
+
+# --- long poll ------------------------------------------------------------------------------------
+async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lease_id: str) -> None:
+    params = query(scope)
+    wait_s = _seconds(params, "wait", 0.0, MAX_WAIT_S)
+    viewer = await _user(scope)
+    if not access.is_uuid(lease_id):
+        raise HttpError(404, "not_found", "No Lease matches the given query.")
+    deadline = time.monotonic() + wait_s
+    sub = await feed().subscribe(lambda change: change.lease_id == lease_id) if wait_s > 0 else None
+    try:
+        state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+        if state is None:
+            raise HttpError(404, "not_found", "No Lease matches the given query.")
+        seen = params.get("state") or state
+        while state == seen and sub is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait_for(sub.queue.get(), timeout=min(left, RECHECK_S))
+                while not sub.queue.empty():  # one read for a burst of changes
+                    sub.queue.get_nowait()
+            except TimeoutError:
+                pass
+            state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+            if state is None:
+                raise HttpError(404, "not_found", "No Lease matches the given query.")
+        await send_json(send, 200, body)
+    finally:
+        if sub is not None:
+            feed().unsubscribe(sub)
+
+
+# --- the event stream -----------------------------------------------------------------------------
+async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    params = query(scope)
+    viewer = await _user(scope)
+    duration = _seconds(params, "timeout", DEFAULT_STREAM_S, 24 * 3600.0)
+    since = _headers(scope).get("last-event-id") or params.get("since", "")
+    if since:
+        try:
+            parse_event_id(since)
+        except BadEventId as exc:
+            raise HttpError(400, "invalid_event_id", str(exc)) from None
+    wants: Callable[[LeaseChange], bool] = await in_db(
+        access.change_filter, viewer, params.get("team", ""), params.get("pool", ""))
+    source = feed()
+    sub = await source.subscribe(wants)
+    try:
+        head = source.head
+        backlog: list[tuple[str, LeaseChange]] = []
+        if since:
+            try:
+                backlog = [(i, c) for i, c in await source.backlog(since, head) if wants(c)]
+            except Expired:
+                raise HttpError(410, "event_id_expired",
+                                f"event {since} is older than the changes still kept; list the leases "
+                                "again and watch from the new bookmark") from None
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no")]})
+        await _chunk(send, f"retry: 2000\nid: {since or head}\nevent: bookmark\ndata: {{}}\n\n")
+        if backlog:
+            await _emit(send, viewer, backlog)
+        await _stream(send, receive, viewer, sub, floor=parse_event_id(head), until=time.monotonic() + duration)
+    finally:
+        source.unsubscribe(sub)
+
+
+async def _stream(send: Send, receive: Receive, viewer: access.Viewer, sub: Any, *, floor: tuple[int, ...],
+                  until: float) -> None:
+    disconnected = asyncio.get_running_loop().create_task(_wait_disconnect(receive))
+    try:
+        while not disconnected.done() and not sub.overflowed:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            getter = asyncio.ensure_future(sub.queue.get())
+            done, _ = await asyncio.wait({getter, disconnected}, timeout=min(left, HEARTBEAT_S),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                if not disconnected.done():
+                    await _chunk(send, ": keep-alive\n\n")
+                continue
+            batch = [getter.result()]
+            while not sub.queue.empty():
+                batch.append(sub.queue.get_nowait())
+            # Changes already sent from the backlog were queued live too: skip them.
+            batch = [(i, c) for i, c in batch if parse_event_id(i) > floor]
+            if batch:
+                await _emit(send, viewer, batch)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:  # the client went away mid-write
+        pass
+    finally:
+        disconnected.cancel()
+
+
+async def _emit(send: Send, viewer: access.Viewer, batch: list[tuple[str, LeaseChange]]) -> None:
+    bodies = await in_db(access.leases_json, viewer, [c.lease_id for _, c in batch])
+    out = []
+    for event_id, change in batch:
+        body = bodies.get(change.lease_id)
+        if body is not None:
+            out.append(f"id: {event_id}\nevent: lease\ndata: {body}\n\n")
+    if out:
+        await _chunk(send, "".join(out))
+
+
+async def _chunk(send: Send, text: str) -> None:
+    await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
