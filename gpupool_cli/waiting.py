@@ -59,18 +59,43 @@ class StatusLine:
             self.ctx.err.flush()
 
 
+# Long-poll length: under the client's 30 s read timeout; shorter while pending so the queue
+# position on the status line stays fresh.
+WAIT_HOLDING_S = 25.0
+WAIT_PENDING_S = 10.0
+
+
+def _wait_for(lease: dict[str, Any], deadline: float | None) -> float:
+    wait = WAIT_PENDING_S if lease["state"] == "pending" else WAIT_HOLDING_S
+    if lease["state"] in HOLDING and lease.get("ttl_seconds"):
+        wait = min(wait, lease["ttl_seconds"] / 4)  # the heartbeat must still come in time
+    if deadline is not None:
+        wait = min(wait, deadline - time.monotonic())
+    return max(1.0, round(wait, 1))
+
+
 def follow(ctx: Ctx, lease_id: str, *, until: Callable[[dict[str, Any]], bool], poll_s: float,
            timeout_s: float | None = None, on_poll: Callable[[dict[str, Any]], None] | None = None
            ) -> dict[str, Any]:
-    """Poll the lease until `until(lease)` holds, showing its status; returns the last lease.
+    """Follow the lease until `until(lease)` holds, showing its status; returns the last lease.
 
-    Raises CliError when `timeout_s` passes first. KeyboardInterrupt propagates (the caller cancels)."""
+    Each read is a long poll (`?wait=&state=`): the server answers as soon as the state changes.
+    A server that answers at once with nothing changed (one without long polls) is polled every
+    `poll_s` instead. Raises CliError when `timeout_s` passes first. KeyboardInterrupt propagates
+    (the caller cancels)."""
     sleep = ctx.sleep or time.sleep
     line = StatusLine(ctx)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    lease: dict[str, Any] | None = None
     try:
         while True:
-            lease = ctx.client.get(f"leases/{lease_id}/")
+            asked = time.monotonic()
+            if lease is None:
+                lease = ctx.client.get(f"leases/{lease_id}/")
+                seen = None
+            else:
+                seen = lease["state"]
+                lease = ctx.client.get(f"leases/{lease_id}/", wait=_wait_for(lease, deadline), state=seen)
             line.show(status_line(lease))
             if until(lease):
                 return lease
@@ -79,6 +104,7 @@ def follow(ctx: Ctx, lease_id: str, *, until: Callable[[dict[str, Any]], bool], 
             if deadline is not None and time.monotonic() >= deadline:
                 raise CliError(f"lease {lease_id} still {lease['state']} after {format_duration(timeout_s)}",
                                code="timeout")
-            sleep(poll_s)
+            if seen is not None and lease["state"] == seen and time.monotonic() - asked < poll_s:
+                sleep(poll_s)
     finally:
         line.done()

@@ -210,3 +210,28 @@ def test_a_resume_point_older_than_the_kept_changes_is_a_410(server: dict[str, A
     client.xtrim(STREAM, maxlen=1, approximate=False)
     response = _session(server["alice"]).get(f"{server['url']}leases/events/?since={first}&timeout=2")
     assert response.status_code == 410 and response.json()["code"] == "event_id_expired"
+
+
+def test_the_cli_waits_for_its_grant_with_long_polls_not_a_poll_a_second(
+        server: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    from gpupool_cli.client import Client
+    from gpupool_cli.main import main
+
+    monkeypatch.setenv("GPUPOOL_URL", server["url"].removesuffix("/api/v1/"))
+    monkeypatch.setenv("GPUPOOL_TOKEN", server["alice"])
+    monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "config.json"))
+    calls: list[tuple[str, dict[str, Any]]] = []
+    real = Client.request
+
+    def counting(self: Client, method: str, path: str, **kw: Any) -> Any:
+        calls.append((method, kw.get("params") or {}))
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(Client, "request", counting)
+    done = _in_background(main, ["request", "--pool", "training", "--gpus", "1", "--wait", "-o", "json"])
+    time.sleep(3.0)  # three seconds pending: a poller would have asked three times
+    _pass()
+    assert done.get(timeout=30) == 0
+    gets = [params for method, params in calls if method == "GET"]
+    assert 1 <= len(gets) <= 3
+    assert any("wait" in params and params.get("state") == "pending" for params in gets)
