@@ -218,7 +218,7 @@ def _apply_preemptions(decisions: Decisions, now: datetime, report: PassReport,
                        events: list) -> list[str]:
     if not decisions.preemptions:
         return []
-    victims = {str(v.pk): v for v in Lease.objects.select_for_update().select_related(
+    victims = {str(v.pk): v for v in Lease.objects.select_for_update(of=("self",)).select_related(
         "priority_class", "team").filter(pk__in=[p.lease_id for p in decisions.preemptions])}
     to_unbind = []
     for pre in decisions.preemptions:

@@ -145,7 +145,7 @@ def lease_create(*, user: AbstractBaseUser, pool: Pool, gpus: int, team: str | N
 
 
 def _locked(lease: Lease) -> Lease:
-    return Lease.objects.select_for_update().select_related("priority_class").get(pk=lease.pk)
+    return Lease.objects.select_for_update(of=("self",)).select_related("priority_class").get(pk=lease.pk)
 
 
 def lease_release(*, lease: Lease, actor: str, reason: str = "") -> Lease:

@@ -58,7 +58,7 @@ def quota_set(*, quota: Quota, guaranteed: int, limit: int | None, actor: str) -
         raise DomainError(f"limit {limit} is below guaranteed {guaranteed}: a team must be able to reach "
                           "its guarantee", code="invalid_quota")
     with transaction.atomic():
-        quota = Quota.objects.select_for_update().select_related("team", "pool").get(pk=quota.pk)
+        quota = Quota.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota.pk)
         before = {"guaranteed": quota.guaranteed, "limit": quota.limit}
         after = {"guaranteed": guaranteed, "limit": limit}
         changed = {k: v for k, v in after.items() if before[k] != v}

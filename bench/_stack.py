@@ -1,0 +1,192 @@
+"""The production stack for end-to-end benchmarks: a fresh PostgreSQL database, a configuration,
+and web + scheduler worker + worker + beat as real processes started with the same commands as
+`scripts/run.sh` (PROCESSES below), against the machine's PostgreSQL and Redis.
+
+Also: CPU seconds of a set of processes (from /proc), to charge the server for what it spent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from urllib.parse import urlparse
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def processes(port: int) -> dict[str, list[str]]:
+    """The commands of scripts/run.sh (web, scheduler, worker, beat)."""
+    level = os.environ.get("BENCH_LOGLEVEL", "WARNING")
+    return {
+        "web": [str(BIN / "gunicorn"), "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
+                "--bind", f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
+        "scheduler": [str(BIN / "celery"), "-A", "pool", "worker", "--concurrency", "1", "-Q", "gpupool.schedule",
+                      "-n", "scheduler@%h", "--loglevel", level,
+                      "--without-gossip", "--without-mingle"],
+        "worker": [str(BIN / "celery"), "-A", "pool", "worker", "--concurrency", "1", "-Q", "gpupool",
+                   "-n", "gpupool@%h", "--loglevel", level,
+                      "--without-gossip", "--without-mingle"],
+        "beat": [str(BIN / "celery"), "-A", "pool", "beat", "--loglevel", "WARNING"],
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fresh_database(name: str) -> str:
+    """Drop and create database `name` on the server of DATABASE_URL (default: local PostgreSQL)."""
+    import psycopg2
+
+    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    if not base.scheme.startswith("postgres"):
+        sys.exit("this benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
+    conn = psycopg2.connect(host=base.hostname or "127.0.0.1", port=base.port or 5432,
+                            user=base.username or "postgres", password=base.password, dbname="postgres",
+                            connect_timeout=5)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    conn.close()
+    return base._replace(path=f"/{name}").geturl()
+
+
+def environment(db_url: str, redis_db: int, **extra: str) -> dict[str, str]:
+    var = tempfile.mkdtemp(prefix="gpupool-bench-")
+    env = dict(os.environ)
+    env.update(DATABASE_URL=db_url, REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}", GPUPOOL_VAR_DIR=var,
+               DJANGO_SETTINGS_MODULE="pool.settings", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def setup(env: dict[str, str], config_yaml: str) -> None:
+    """Migrate, apply the configuration and discover the fleet (as an operator would)."""
+    import redis
+
+    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+    manage = [sys.executable, str(REPO / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True, timeout=300)
+    cfg = Path(env["GPUPOOL_VAR_DIR"]) / "bench.yaml"
+    cfg.write_text(config_yaml)
+    subprocess.run([*manage, "apply", "-f", str(cfg)], env=env, check=True, timeout=300, stdout=subprocess.DEVNULL)
+    subprocess.run([*manage, "discover"], env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
+
+
+def tokens(env: dict[str, str], usernames: list[str]) -> dict[str, str]:
+    script = ("import sys\nfrom django.contrib.auth import get_user_model\n"
+              "from rest_framework.authtoken.models import Token\n"
+              "for name in sys.argv[1:]:\n"
+              "    user, _ = get_user_model().objects.get_or_create(username=name)\n"
+              "    print(name, Token.objects.get_or_create(user=user)[0].key)\n")
+    out = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + script, *usernames],
+                         env=env, check=True, timeout=120, capture_output=True, text=True, cwd=REPO).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+@contextmanager
+def running(env: dict[str, str], names: tuple[str, ...] = ("web", "scheduler", "worker", "beat")
+            ) -> Iterator[tuple[str, dict[str, subprocess.Popen[bytes]]]]:
+    """Start the named processes; yield (base URL, processes) once /healthz answers."""
+    import requests
+
+    port = free_port()
+    logs = Path(env["GPUPOOL_VAR_DIR"]) / "log"
+    logs.mkdir(exist_ok=True)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    commands = processes(port)
+    try:
+        for name in names:
+            procs[name] = subprocess.Popen(commands[name], cwd=REPO, env=env, start_new_session=True,
+                                           stdout=(logs / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the stack did not start; logs in {logs}")
+            time.sleep(0.3)
+        time.sleep(2.0)  # workers connect to the broker
+        yield url, procs
+    finally:
+        for proc in procs.values():
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu(fields: list[str]) -> float:
+    """Own user + system time plus that of reaped children (exited workers, closed backends)."""
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds spent so far by these processes and all their descendants."""
+    parents = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(proc.name))
+        if fields is not None:
+            parents[int(proc.name)] = (int(fields[1]), fields)
+    tree = set(pids)
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _) in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(_cpu(parents[p][1]) for p in tree if p in parents)
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds spent so far by the PostgreSQL server (postmaster and its backends)."""
+    roots = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip() in ("postgres", "postgresql"):
+                fields = _stat(int(proc.name))
+                if fields is not None and not _is_postgres(int(fields[1])):  # the postmaster
+                    roots.append(int(proc.name))
+        except OSError:
+            continue
+    return cpu_seconds(roots)
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() in ("postgres", "postgresql")
+    except OSError:
+        return False
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
