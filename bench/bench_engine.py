@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="", help="directory for cProfile dumps of the passes")
     parser.add_argument("--sql", action="store_true", help="print the SQL of the measured passes")
+    parser.add_argument("--explain", action="store_true",
+                        help="PostgreSQL: print EXPLAIN ANALYZE of every statement of the grant pass (auto_explain)")
     args = parser.parse_args()
     vendor = _django.setup("gpupool_bench_engine_wt")
 
@@ -155,7 +157,11 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
     analyze()
     grant_policy_s = policy_alone()
     forget()  # the pass starts cold: it builds every view, and the policy its indexes
+    if args.explain:
+        _auto_explain(connection, on=True)
     grant_s, report, sqls = measured_pass("grant")
+    if args.explain:
+        _auto_explain(connection, on=False)
     links = LeaseGpu.objects.filter(active=True).count()
     print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {grant_policy_s * 1000:7.1f} ms")
     print(f"pass granting {len(report.granted):5d} leases ({links} link rows): {grant_s * 1000:7.1f} ms "
@@ -196,6 +202,24 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
         print("WARNING: the no-change pass changed something")
     print(f"goals: {args.requests} grants ≤ 1 s: {'met' if grant_s <= 1 else 'MISSED'}; "
           f"no-change pass ≤ 150 ms: {'met' if idle_s <= 0.15 else 'MISSED'}")
+
+
+def _auto_explain(connection: Any, *, on: bool) -> None:
+    with connection.cursor() as cur:
+        if on:
+            cur.execute("LOAD 'auto_explain'")
+            for setting in ("log_min_duration = 1", "log_analyze = on", "log_triggers = on",
+                            "log_timing = on"):
+                cur.execute(f"SET auto_explain.{setting}")
+            cur.execute("SET client_min_messages = log")
+            connection.connection.notices = []  # unbounded (psycopg2 keeps the last 50 by default)
+        else:
+            cur.execute("RESET client_min_messages")
+            cur.execute("SET auto_explain.log_min_duration = -1")
+    if not on:
+        for notice in connection.connection.notices:
+            print("\n".join(line[:200] for line in notice.splitlines()))
+        connection.connection.notices.clear()
 
 
 def _insert_floor(connection: Any, n: int) -> float:

@@ -9,7 +9,9 @@ Django's cursor (so it is counted and logged like any query); other databases fa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
@@ -65,11 +67,27 @@ def bulk_update_fast(model: type[models.Model], rows: Iterable[Any], fields: Seq
     return len(rows)
 
 
-def _array_params(model: type[models.Model], fields: Sequence[models.Field],
-                  columns: Sequence[Sequence[Any]]) -> tuple[list[str], list[Any]]:
-    """One `%s::type[]` per field (for `unnest`), and the column lists as psycopg2 parameters."""
-    import json
+def _array_literal(values: Iterable[Any]) -> str:
+    """A PostgreSQL array literal ('{1,"a b",NULL}') of already prepared values: one text
+    parameter that the server parses in one go, where a Python list would be sent as
+    ARRAY[…] with one expression per element to parse and cast."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append("NULL")
+        elif isinstance(v, bool):
+            out.append("t" if v else "f")
+        elif isinstance(v, int):
+            out.append(str(v))
+        else:
+            text = v.isoformat() if isinstance(v, datetime) else str(v)
+            out.append('"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(out) + "}"
 
+
+def _array_params(model: type[models.Model], fields: Sequence[models.Field],
+                  columns: Sequence[Sequence[Any]]) -> tuple[list[str], list[str]]:
+    """One `%s::type[]` per field (for `unnest`), and each column as one array literal."""
     casts, params = [], []
     for f, column in zip(fields, columns, strict=True):
         casts.append(f"%s::{f.db_type(connection)}[]")
@@ -77,7 +95,7 @@ def _array_params(model: type[models.Model], fields: Sequence[models.Field],
             column = [None if v is None else json.dumps(v, cls=f.encoder) for v in column]
         elif not isinstance(f, (*_NATIVE, models.UUIDField)):
             column = [f.get_db_prep_save(v, connection) for v in column]
-        params.append(list(column))
+        params.append(_array_literal(column))
     return casts, params
 
 
@@ -155,7 +173,8 @@ def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> i
     fields = [meta.get_field(name) for name in values]
     assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = ANY(%s)",
+        cursor.execute(f"UPDATE {quote(meta.db_table)} SET {assignments} "
+                       f"WHERE {quote(meta.pk.column)} = ANY(%s::{meta.pk.db_type(connection)}[])",
                        [*(f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)),
-                        list(keys)])
+                        _array_literal(keys)])
         return cursor.rowcount
