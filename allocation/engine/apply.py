@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -36,7 +35,8 @@ ACTOR = "system:scheduler"
 # explanation are always written at once.
 EXPLAIN_HEAD = 100
 EXPLAIN_TAIL_INTERVAL_S = 2.0
-_tail_written: dict[int, float] = {}
+_tail_written: dict[int, float] = {}  # pool id -> when its tail was last written (_clock)
+_clock = time.monotonic
 
 
 @dataclass
@@ -133,8 +133,7 @@ def after(read: PoolRead, step: Step) -> PoolRead:
     return PoolRead(snapshot, {k: v for k, v in read.pending.items() if k not in granted}, read.gpu_host)
 
 
-def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime, *,
-                       clock: Callable[[], float] = time.monotonic) -> int:
+def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> int:
     """Store each pending lease's reason, queue position and estimated start where they changed,
     in one UPDATE (only on leases still pending). Returns the number of leases written.
 
@@ -157,8 +156,8 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
             head.append(change)
         else:
             tail.append(change)
-    if tail and clock() - _tail_written.get(pool.pk, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S:
-        _tail_written[pool.pk] = clock()
+    if tail and _clock() - _tail_written.get(pool.pk, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S:
+        _tail_written[pool.pk] = _clock()
         head += tail
     if not head:
         return 0
