@@ -14,9 +14,10 @@ Measures, on one fleet (PostgreSQL tables ANALYZEd first, as autovacuum keeps a 
   (3) a long queue (`--queue` more whole-host requests): passes that free one host and grant one
       request, each shifting the place of every request behind it, with the number of queue
       explanations rewritten.
-Baselines measured in the same run: the pure policy alone on the same snapshot, cold (everything
-above it is database work), and a "raw SQL floor": one multi-row INSERT of the pass's link rows
-into an indexed copy of the LeaseGpu table, and the raw-cursor read of the GPU and lease rows.
+Baselines measured in the same run: the pure policy alone on the same snapshot, cold and without
+garbage collection pauses (everything above it is database work), and a "raw SQL floor": one
+multi-row INSERT of the pass's link rows into an indexed copy of the LeaseGpu table, and the
+raw-cursor read of the GPU and lease rows.
 Runs against the previous engine too (for before/after figures in one session).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import gc
 import random
 import statistics
 import sys
@@ -116,9 +118,12 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
         times = []
         for _ in range(args.repeat):
             cold = dataclasses.replace(snapshot, gpus=tuple(list(snapshot.gpus)))
+            gc.collect()  # and no collection while it runs: the pure computing time
+            gc.disable()
             t0 = time.perf_counter()
             policy(cold)
             times.append(time.perf_counter() - t0)
+            gc.enable()
         return statistics.median(times)
 
     def measured_pass(label: str) -> tuple[float, Any, list[str]]:
