@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -20,6 +20,7 @@ from django.utils import timezone
 from allocation.choices import END_STATES, LeaseState
 from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
+from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu
 from inventory.services import gpu_refresh_states
 from pool.errors import Conflict
@@ -55,6 +56,10 @@ def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease 
     )
 
 
+def _transition_data(previous: str, target: str, extra: dict[str, Any] | None) -> dict[str, Any]:
+    return {"from": previous, "to": target, **(extra or {})}
+
+
 def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
                now: datetime | None = None, extra: dict[str, Any] | None = None,
                announce: bool = True) -> AuditEvent:
@@ -80,33 +85,106 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
     if announce:
         announce_lease(lease)
     return audit(actor=actor, action=f"lease.{target}", obj=lease, lease=lease, at=now,
-                 message=reason, data={"from": previous, "to": target, **(extra or {})})
+                 message=reason, data=_transition_data(previous, target, extra))
+
+
+class AuditRow(NamedTuple):
+    """An audit event as plain values, for writers that move many leases in one statement."""
+
+    at: datetime
+    actor: str
+    action: str
+    object_type: str
+    object_id: str
+    lease_id: str | None
+    message: str
+    data: dict[str, Any]
+
+
+AUDIT_ROW_FIELDS = ("at", "actor", "action", "object_type", "object_id", "lease", "message", "data")
+
+
+def transition_row(lease_id: str, current: str, target: str, *, actor: str, reason: str,
+                   now: datetime, extra: dict[str, Any] | None = None) -> AuditRow:
+    """The audit event `transition` writes, for a lease known only by id and state: the caller
+    writes the lease row itself (set-based) and announces the change.
+
+    Raises IllegalTransition for a move the state machine does not allow."""
+    check_transition(current, target)
+    return AuditRow(now, actor, f"lease.{target}", "lease", lease_id, lease_id, reason,
+                    _transition_data(current, target, extra))
+
+
+def audit_rows_insert(rows: Sequence[AuditRow]) -> int:
+    """Write audit rows in one statement (none for no rows); returns how many."""
+    return bulk_insert_columns(AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else [])
+
+
+def _end(lease: Lease, target: str, *, actor: str, reason: str, now: datetime,
+         keep_gpus: bool | None, announce: bool) -> tuple[AuditEvent, bool]:
+    """`lease_end` in memory: returns the audit event and whether the lease keeps its GPUs."""
+    has_workload = bool(lease.binding_status.get("handle")) or lease.state == S.BOUND
+    event = transition(lease, target, actor=actor, reason=reason, now=now, announce=announce)
+    hold = has_workload if keep_gpus is None else keep_gpus or has_workload
+    if hold:
+        lease.ending_since = now
+        if has_workload:
+            lease.binding_status = {**lease.binding_status, "state": "stopping"}
+    return event, hold
 
 
 def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
-              now: datetime | None = None, keep_gpus: bool | None = None) -> None:
+              now: datetime | None = None, keep_gpus: bool | None = None,
+              announce: bool = True) -> None:
     """End a holding (or pending) lease, in the caller's transaction.
 
     GPUs are freed at once unless a workload is bound or being bound (then the unbind task frees
     them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
-    the reaper frees them after the grace period)."""
+    the reaper frees them after the grace period). `announce=False`: the caller announces it."""
     now = now or timezone.now()
-    has_workload = bool(lease.binding_status.get("handle")) or lease.state == S.BOUND
-    event = transition(lease, target, actor=actor, reason=reason, now=now)
-    hold = has_workload if keep_gpus is None else keep_gpus or has_workload
+    event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
+                       announce=announce)
     if lease.granted_at is not None:
         from allocation.ledger import ledger_close
 
         ledger_close(team_id=lease.team_id, gpus=lease.gpu_count, granted_at=lease.granted_at,
                      ended_at=now)
-    if hold:
-        lease.ending_since = now
-        if has_workload:
-            lease.binding_status = {**lease.binding_status, "state": "stopping"}
     lease.save()
     event.save()
     if not hold:
         lease_free_gpus([lease.pk])
+
+
+# What ending a lease writes on its row (`transition` to an end state, then `_end`).
+END_FIELDS = ("state", "reason", "ended_at", "queue_position", "estimated_start", "ending_since",
+              "binding_status")
+
+
+def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Sequence[str],
+               now: datetime, fields: Sequence[str] = (), announce: bool = True) -> int:
+    """`lease_end` for many leases (instances, locked by the caller) in a constant number of
+    statements: one UPDATE of the lease rows (END_FIELDS plus the caller's own `fields`), one
+    INSERT of the audit events, the ledger, and one release of every GPU no workload holds.
+    Returns how many leases kept their GPUs (a workload still running). Nothing for none."""
+    if not leases:
+        return 0
+    events, free, kept = [], [], 0
+    for lease, reason in zip(leases, reasons, strict=True):
+        event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=None,
+                           announce=announce)
+        events.append(event)
+        kept += hold
+        if not hold:
+            free.append(lease.pk)
+    from allocation.ledger import ledger_close_many
+
+    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, now)
+                      for lease in leases if lease.granted_at is not None)
+    bulk_update_fast(Lease, leases, [*END_FIELDS, *fields])
+    bulk_audit(events)
+    if free:
+        lease_free_gpus(free)
+    return kept
 
 
 def lease_free_gpus(lease_ids: Sequence[Any]) -> int:

@@ -8,12 +8,13 @@ exact (no sampling) and can be rebuilt from lease rows at any time (`rebuild_led
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 
-from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
+from allocation.models import Lease, LeaseGpu, SchedulerSettings, Team, UsageLedger
 from allocation.policy.types import TeamView
 
 LN2 = math.log(2)
@@ -30,34 +31,52 @@ def decayed_interval(gpus: int, start: float, end: float, now: float, h: float) 
     return gpus * h / LN2 * (2 ** (-(now - end) / h) - 2 ** (-(now - start) / h))
 
 
-def team_usage_views(now: datetime) -> dict[str, TeamView]:
-    """TeamView (weight, decayed usage) for every team, in two queries."""
-    h = half_life_s()
+def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
+    """TeamView (weight, decayed usage) for every team, by name, in two queries (three without
+    `half_life`, the scheduler setting in seconds). Running leases count their active GPU links,
+    summed per team and grant time (a pass grants many leases at one instant)."""
+    h = half_life or half_life_s()
     t = now.timestamp()
-    usage: dict[int, float] = {}
-    for ledger in UsageLedger.objects.all():
-        usage[ledger.team_id] = ledger.closed_usage * 2 ** (-(t - ledger.as_of.timestamp()) / h)
-    running = (Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=True)
-               .annotate(n=Count("gpu_links", filter=Q(gpu_links__active=True)))
-               .values_list("team_id", "n", "granted_at"))
-    for team_id, n, granted in running:
+    teams = list(Team.objects.values_list("pk", "name", "weight", "ledger__closed_usage", "ledger__as_of"))
+    usage: dict[int, float] = {pk: closed * 2 ** (-(t - as_of.timestamp()) / h)
+                               for pk, _, _, closed, as_of in teams if as_of is not None}
+    running = (LeaseGpu.objects.filter(active=True, lease__granted_at__isnull=False,
+                                       lease__ended_at__isnull=True)
+               .values_list("lease__team_id", "lease__granted_at").annotate(n=Count("pk")).order_by())
+    for team_id, granted, n in running:
         usage[team_id] = usage.get(team_id, 0.0) + decayed_interval(n, granted.timestamp(), t, t, h)
     return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0))
-            for pk, name, weight in Team.objects.values_list("pk", "name", "weight")}
+            for pk, name, weight, _, _ in teams}
 
 
 def ledger_close(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> None:
     """Fold an ended lease into its team's closed usage (called when a lease ends)."""
+    ledger_close_many([(team_id, gpus, granted_at, ended_at)])
+
+
+def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:
+    """`ledger_close` for many ended leases, given as (team_id, gpus, granted_at, ended_at), in
+    order: one locking read of the teams' ledgers and one write per team touched. Nothing for none."""
+    ended = list(ended)
+    if not ended:
+        return
     h = half_life_s()
     with transaction.atomic():
-        ledger, _ = UsageLedger.objects.select_for_update().get_or_create(
-            team_id=team_id, defaults={"as_of": ended_at})
-        t = max(ended_at, ledger.as_of)
-        carried = ledger.closed_usage * 2 ** (-(t.timestamp() - ledger.as_of.timestamp()) / h)
-        ledger.closed_usage = carried + decayed_interval(gpus, granted_at.timestamp(),
-                                                          ended_at.timestamp(), t.timestamp(), h)
-        ledger.as_of = t
-        ledger.save()
+        ledgers = {ledger.team_id: ledger for ledger in UsageLedger.objects.select_for_update().filter(
+            team_id__in=sorted({team_id for team_id, *_ in ended})).order_by("team_id")}
+        for team_id, gpus, granted_at, ended_at in ended:
+            ledger = ledgers.get(team_id)
+            if ledger is None:
+                ledger, _ = UsageLedger.objects.select_for_update().get_or_create(
+                    team_id=team_id, defaults={"as_of": ended_at})
+                ledgers[team_id] = ledger
+            t = max(ended_at, ledger.as_of)
+            carried = ledger.closed_usage * 2 ** (-(t.timestamp() - ledger.as_of.timestamp()) / h)
+            ledger.closed_usage = carried + decayed_interval(gpus, granted_at.timestamp(),
+                                                              ended_at.timestamp(), t.timestamp(), h)
+            ledger.as_of = t
+        for team_id in dict.fromkeys(team_id for team_id, *_ in ended):
+            ledgers[team_id].save()
 
 
 def rebuild_ledger(now: datetime) -> int:

@@ -1,0 +1,166 @@
+"""Applying a pass's decisions in set-based statements, from what the pass already read.
+
+Grants: one UPDATE of the lease rows (only those still pending: a lease cancelled meanwhile is
+left alone and gets nothing), one INSERT of their GPU links (the partial unique index refuses a
+GPU in two active leases), one UPDATE of the GPU rows, and their audit events in the pass's one
+INSERT of audit events. Preemptions: one locking read of the victims, then `leases_end`
+(constant statements whatever their number). Queue explanations: one UPDATE of the rows whose
+explanation changed, bounded as `write_explanations` says. Nothing is written for what did not
+change, so a pass that changes nothing writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from allocation.choices import HOLDING_STATES, LeaseState
+from allocation.engine.snapshot import PoolRead
+from allocation.events import LeaseChange
+from allocation.leases import AuditRow, leases_end, transition_row
+from allocation.models import Lease, LeaseGpu
+from allocation.policy.types import Decisions, Grant, RunningView
+from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
+from inventory.choices import GpuState
+from inventory.models import Gpu, Pool
+
+S = LeaseState
+ACTOR = "system:scheduler"
+
+# Queue explanations beyond the head of a pool's queue are rewritten at most once per interval
+# (per pool, per worker process): a grant shifts every position behind it, so rewriting them all
+# on every pass would cost O(queue) writes per pass. The head and every new lease's first
+# explanation are always written at once.
+EXPLAIN_HEAD = 100
+EXPLAIN_TAIL_INTERVAL_S = 2.0
+_tail_written: dict[int, float] = {}  # pool id -> when its tail was last written (_clock)
+_clock = time.monotonic
+
+
+@dataclass
+class Step:
+    """What one round of applying did, and what the next round needs to know without a re-read."""
+
+    granted: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    changes: list[LeaseChange] = field(default_factory=list)
+    audit: list[AuditRow] = field(default_factory=list)
+    to_bind: list[str] = field(default_factory=list)
+    to_unbind: list[str] = field(default_factory=list)
+    started: list[RunningView] = field(default_factory=list)  # views of the leases granted
+    freed: set[str] = field(default_factory=set)  # victims whose GPUs were freed at once
+    ending: set[str] = field(default_factory=set)  # victims keeping their GPUs until they stop
+
+
+def apply_decisions(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> Step:
+    """Write the grants and preemptions of one round (not the explanations, not the audit rows
+    of the grants and preemption notices: the caller writes those once per pass)."""
+    step = Step()
+    _grant(pool, read, decisions.grants, now, step)
+    _preempt(pool, decisions, now, step)
+    return step
+
+
+def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step: Step) -> None:
+    if not grants:
+        return
+    reasons = [f"granted {len(g.gpu_ids)} GPU(s) on {g.host}" + (" (borrowed capacity)" if g.borrowed else "")
+               for g in grants]
+    expires = [now + timedelta(seconds=read.pending[g.lease_id].ttl_seconds) for g in grants]
+    claimed = bulk_update_columns(
+        Lease, [g.lease_id for g in grants], ["reason", "expires_at", "borrowed", "host"],
+        [reasons, expires, [g.borrowed for g in grants], [read.gpu_host[g.gpu_ids[0]] for g in grants]],
+        same={"state": S.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
+        only_if={"state": S.PENDING})
+    links: tuple[list[str], list[int]] = ([], [])
+    for grant, reason, expires_at in zip(grants, reasons, expires, strict=True):
+        if grant.lease_id not in claimed:  # cancelled since the snapshot: it gets nothing
+            continue
+        row = read.pending[grant.lease_id]
+        step.audit.append(transition_row(grant.lease_id, S.PENDING, S.GRANTED, actor=ACTOR, reason=reason,
+                                         now=now, extra={"gpus": list(grant.gpu_ids), "borrowed": grant.borrowed}))
+        step.changes.append(LeaseChange(grant.lease_id, pool.pk, row.team_id, S.GRANTED))
+        step.granted.append(grant.lease_id)
+        step.started.append(RunningView(grant.lease_id, row.team, pool.name, tuple(sorted(grant.gpu_ids)),
+                                        row.priority, row.preemptible, now.timestamp(), grant.borrowed,
+                                        row.min_runtime_s, expires_at.timestamp(), False))
+        links[0].extend([grant.lease_id] * len(grant.gpu_ids))
+        links[1].extend(grant.gpu_ids)
+        if row.has_binding:
+            step.to_bind.append(grant.lease_id)
+    bulk_insert_columns(LeaseGpu, ["lease", "gpu", "active"], [links[0], links[1], [True] * len(links[1])])
+    # Granted GPUs were schedulable (present, healthy, on a ready host): they are now leased.
+    bulk_set(Gpu, links[1], leased=True, state=GpuState.LEASED)
+
+
+def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> None:
+    if not decisions.preemptions:
+        return
+    victims = {str(v.pk): v for v in Lease.objects.select_for_update().select_related(
+        "priority_class", "team").filter(pk__in=[p.lease_id for p in decisions.preemptions])}
+    chosen = []
+    for pre in decisions.preemptions:
+        victim = victims.pop(pre.lease_id, None)  # popped: a lease is preempted once
+        if victim is None or victim.state not in HOLDING_STATES:
+            continue
+        victim.preempted_by_id = pre.by_lease_id
+        chosen.append((victim, pre))
+    # A bound workload gets its notice and grace (the unbind task frees the GPUs after it);
+    # a lease with nothing running on it is ended at once.
+    leases_end([v for v, _ in chosen], S.PREEMPTED, actor=ACTOR, now=now, fields=("preempted_by",),
+               reasons=[f"preempted for lease {p.by_lease_id}: {p.reason}" for _, p in chosen], announce=False)
+    for victim, pre in chosen:
+        (step.ending if victim.ending_since is not None else step.freed).add(pre.lease_id)
+        step.audit.append(AuditRow(now, ACTOR, "lease.preempt", "lease", pre.lease_id, pre.lease_id, pre.reason,
+                                   {"victim": pre.lease_id, "by": pre.by_lease_id, "victim_team": victim.team.name,
+                                    "grace_s": victim.priority_class.grace_s}))
+        step.changes.append(LeaseChange(pre.lease_id, pool.pk, victim.team_id, S.PREEMPTED))
+        step.preempted.append(pre.lease_id)
+        if victim.binding_status.get("handle"):
+            step.to_unbind.append(pre.lease_id)
+
+
+def after(read: PoolRead, step: Step) -> PoolRead:
+    """The pool as the next round sees it, from what this round wrote (no re-read): granted
+    leases run, victims freed at once are gone, the others are ending."""
+    granted = set(step.granted)
+    running = [replace(r, ending=True) if r.lease_id in step.ending else r
+               for r in read.snapshot.running if r.lease_id not in step.freed]
+    snapshot = replace(read.snapshot, running=(*running, *step.started),
+                       pending=tuple(p for p in read.snapshot.pending if p.lease_id not in granted))
+    return PoolRead(snapshot, {k: v for k, v in read.pending.items() if k not in granted}, read.gpu_host)
+
+
+def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> int:
+    """Store each pending lease's reason, queue position and estimated start where they changed,
+    in one UPDATE (only on leases still pending). Returns the number of leases written.
+
+    Bounded cost: a lease's first explanation (none stored yet), and any change at the head of
+    the queue (old or new position ≤ EXPLAIN_HEAD), are written at once; changes further back
+    only when this pool's tail was last written EXPLAIN_TAIL_INTERVAL_S ago or more (then all of
+    them). So a pass over a long queue that grants one lease writes about EXPLAIN_HEAD rows, not
+    the whole queue; positions further back lag by at most the interval, or until the next pass.
+    Unchanged explanations are never rewritten."""
+    head, tail = [], []
+    for pend in decisions.pending:
+        row = read.pending.get(pend.lease_id)
+        if row is None:
+            continue
+        est = datetime.fromtimestamp(pend.estimated_start, tz=now.tzinfo) if pend.estimated_start else None
+        if (row.reason, row.queue_position, row.estimated_start) == (pend.reason, pend.queue_position, est):
+            continue
+        change = (pend.lease_id, pend.reason, pend.queue_position, est)
+        if row.queue_position is None or min(row.queue_position, pend.queue_position) <= EXPLAIN_HEAD:
+            head.append(change)
+        else:
+            tail.append(change)
+    if tail and _clock() - _tail_written.get(pool.pk, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S:
+        _tail_written[pool.pk] = _clock()
+        head += tail
+    if not head:
+        return 0
+    keys, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
+    return len(bulk_update_columns(Lease, keys, ["reason", "queue_position", "estimated_start"],
+                                   [reasons, positions, starts], only_if={"state": S.PENDING}))

@@ -1,0 +1,271 @@
+"""One pool's state for a pass, read in a fixed number of lean queries.
+
+Five raw-cursor queries carry the rows that grow with the fleet: the pool's GPUs (with whether
+each is unavailable here: a MIG parent, or held by a lease of another pool) and their hosts, the
+active GPU links of its leases and those leases, and its pending leases with their current
+explanation. They return plain tuples, never model instances; the same SQL runs on PostgreSQL
+and SQLite with a few dialect snippets (ids as text, times as epoch seconds). Teams (with the
+fair-share ledger), quotas, priority classes and the scheduler setting take five small queries.
+
+Views are reused from the pool's previous pass in this process when their rows are unchanged: the
+whole GPU tuple (so the policy's layout, memoised by the tuple's identity, stays warm), and each
+running and pending view. The views are frozen and rebuilt from any row that differs, so reuse
+never shows stale data; it only saves building objects, and the policy decides the same either
+way (tests/policy/test_memoisation.py). GPUs are ordered as the GPU model orders them (host name,
+index, uuid; names by code point), running leases by id, pending ones newest first.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from django.db import connection
+
+from allocation.choices import END_STATES, LeaseState
+from allocation.ledger import team_usage_views
+from allocation.models import SchedulerSettings
+from allocation.policy.types import GpuView, PriorityClassView, QuotaView, RequestView, RunningView, Snapshot
+from inventory.choices import Health, HostState
+from inventory.models import Pool
+
+_END = frozenset(END_STATES)
+
+# The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
+# index, uuid, unavailable here: a MIG parent, or held by a lease of another pool), and their
+# hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
+GPU_SQL = """
+SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
+       g."index", g.uuid,
+       (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
+        OR g.id IN (SELECT lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
+                    WHERE lg.active AND l.pool_id <> %(pool)s))
+FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
+"""
+HOST_SQL = """
+SELECT h.id, h.name, h.state, h.driver_version, h.cuda_version FROM inventory_host h
+WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
+"""
+
+# Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload):
+# their active links, and the leases themselves. A lease holds GPUs only while holding or ending;
+# should one with links fall outside that, it is read by id (`_holding_rows`).
+LINK_SQL = """
+SELECT {link_lease_id}, lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
+WHERE lg.active AND l.pool_id = %(pool)s
+"""
+HOLDING_SQL = """
+SELECT {lease_id}, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s, {granted_at},
+       l.borrowed, {expires_at}
+FROM allocation_lease l
+JOIN allocation_team t ON t.id = l.team_id
+JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
+WHERE {where}
+"""
+
+PENDING_SQL = """
+SELECT {lease_id}, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s, {created_at},
+       l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
+       l.ttl_seconds, {has_binding}, l.reason, l.queue_position, l.estimated_start
+FROM allocation_lease l
+JOIN allocation_team t ON t.id = l.team_id
+JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
+WHERE l.pool_id = %(pool)s AND l.state = %(pending)s
+ORDER BY l.created_at DESC, l.id
+"""
+
+QUOTA_SQL = """
+SELECT t.name, q.guaranteed, q."limit" FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
+WHERE q.pool_id = %(pool)s ORDER BY t.name
+"""
+
+CLASS_SQL = """
+SELECT name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
+"""
+
+_POSTGRES = {"lease_id": "l.id::text", "link_lease_id": "lg.lease_id::text",
+             "granted_at": "EXTRACT(EPOCH FROM l.granted_at)::float8",
+             "expires_at": "EXTRACT(EPOCH FROM l.expires_at)::float8",
+             "created_at": "EXTRACT(EPOCH FROM l.created_at)::float8",
+             "has_binding": "l.binding_spec <> '{}'::jsonb"}
+_PORTABLE = {"lease_id": "l.id", "link_lease_id": "lg.lease_id", "granted_at": "l.granted_at",
+             "expires_at": "l.expires_at", "created_at": "l.created_at", "has_binding": "l.binding_spec <> '{}'"}
+
+
+class PendingRow(NamedTuple):
+    """A pending lease as the pass needs it: the request, and its explanation as stored."""
+
+    lease_id: str
+    team_id: int
+    team: str
+    priority: int
+    preemptible: bool
+    min_runtime_s: int
+    created_at: float
+    gpus: int
+    model: str
+    min_memory_mb: int
+    same_host: bool
+    min_driver_version: str
+    min_cuda_version: str
+    ttl_seconds: int
+    has_binding: bool
+    reason: str
+    queue_position: int | None
+    estimated_start: datetime | None
+
+
+@dataclass
+class PoolRead:
+    """What a pass knows of its pool: the policy's snapshot, the pending rows by lease id (the
+    apply step writes them) and each GPU's host id."""
+
+    snapshot: Snapshot
+    pending: dict[str, PendingRow]
+    gpu_host: dict[int, int]
+
+
+@dataclass
+class _Memo:
+    pool: str = ""
+    gpu_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    host_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    gpus: tuple[GpuView, ...] = ()
+    running: dict[str, tuple[tuple[Any, ...], RunningView]] = field(default_factory=dict)
+    pending: dict[str, tuple[tuple[Any, ...], RequestView]] = field(default_factory=dict)
+
+
+_MEMOS: dict[int, _Memo] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def forget() -> None:
+    """Drop every pool's reused views (the next pass builds all of them, as a new process would)."""
+    with _MEMO_LOCK:
+        _MEMOS.clear()
+
+
+def _epoch(value: Any) -> float | None:
+    """A time read through the portable dialect (SQLite: text in UTC) as epoch seconds."""
+    if value is None or isinstance(value, float):
+        return value
+    return _aware(value).timestamp()
+
+
+def _aware(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchall()
+
+
+def _lease_id(value: str, postgres: bool) -> str:
+    return value if postgres else str(uuid.UUID(value))
+
+
+def _holding_rows(pool_id: int, postgres: bool) -> list[tuple[Any, ...]]:
+    """(lease_id, team, state, priority, preemptible, min_runtime_s, granted_at, borrowed,
+    expires_at, gpu_ids) of every lease of the pool with active GPU links, in lease id order."""
+    dialect = _POSTGRES if postgres else _PORTABLE
+    held: dict[str, list[int]] = {}
+    for lease_id, gpu_id in _read(LINK_SQL.format(**dialect), {"pool": pool_id}):
+        held.setdefault(_lease_id(lease_id, postgres), []).append(gpu_id)
+    if not held:
+        return []
+    where = (f"l.pool_id = %(pool)s AND (l.state IN ('{LeaseState.GRANTED.value}', '{LeaseState.BOUND.value}') "
+             "OR l.ending_since IS NOT NULL)")
+    rows = {_lease_id(r[0], postgres): r for r in _read(HOLDING_SQL.format(where=where, **dialect), {"pool": pool_id})}
+    missing = [lease_id for lease_id in held if lease_id not in rows]
+    if missing:
+        ids = missing if postgres else [uuid.UUID(m).hex for m in missing]
+        rows.update((_lease_id(r[0], postgres), r) for r in _read(HOLDING_SQL.format(
+            where="l.id IN ({})".format(", ".join(["%s"] * len(ids))), **dialect), ids))
+    out = []
+    for lease_id in sorted(held):
+        _, team, state, prio, preemptible, min_rt, granted, borrowed, expires = rows[lease_id]
+        out.append((lease_id, team, state, prio, bool(preemptible), min_rt, _epoch(granted), bool(borrowed),
+                    _epoch(expires), tuple(sorted(held[lease_id]))))
+    return out
+
+
+def _pending_rows(pool_id: int, postgres: bool) -> list[PendingRow]:
+    rows = _read(PENDING_SQL.format(**(_POSTGRES if postgres else _PORTABLE)),
+                 {"pool": pool_id, "pending": LeaseState.PENDING.value})
+    if postgres:
+        return [PendingRow._make(r) for r in rows]
+    return [PendingRow(str(uuid.UUID(r[0])), r[1], r[2], r[3], bool(r[4]), r[5], _epoch(r[6]) or 0.0,
+                       r[7], r[8], r[9], bool(r[10]), r[11], r[12], r[13], bool(r[14]), r[15], r[16],
+                       None if r[17] is None else _aware(r[17])) for r in rows]
+
+
+def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple[Any, ...]]) -> tuple[GpuView, ...]:
+    """The pool's GpuViews in the order of the GPU model (host name, index, uuid)."""
+    hosts = {row[0]: row for row in host_rows}
+    ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[8], g[9]))
+    return tuple(
+        GpuView(pk, pool, hosts[host_id][1], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
+                hosts[host_id][2] == HostState.READY and health == Health.OK and not foreign and not unavailable,
+                mig, None, replicas > 1)
+        for pk, host_id, model, mem, health, foreign, mig, replicas, _, _, unavailable in ordered)
+
+
+def read_pool(pool: Pool, now: datetime) -> PoolRead:
+    """Read one pool's state (see the module docstring); reuses unchanged views of its last pass."""
+    postgres = connection.vendor == "postgresql"
+    with _MEMO_LOCK:
+        memo = _MEMOS.get(pool.pk) or _Memo()
+    gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
+    gpu_rows.sort()  # by id: the order to compare in
+    host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
+    if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows:
+        gpus = memo.gpus
+    else:
+        gpus = _gpu_views(pool.name, gpu_rows, host_rows)
+
+    running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
+    for row in _holding_rows(pool.pk, postgres):
+        hit = memo.running.get(row[0])
+        if hit is None or hit[0] != row or memo.pool != pool.name:
+            lease_id, team, state, prio, preemptible, min_rt, granted, borrowed, expires, gpu_ids = row
+            hit = (row, RunningView(lease_id, team, pool.name, gpu_ids, prio, bool(preemptible), granted or 0.0,
+                                    bool(borrowed), min_rt, expires, state in _END))
+        running_views[row[0]] = hit
+
+    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk, postgres)}
+    pending_views: dict[str, tuple[tuple[Any, ...], RequestView]] = {}
+    for r in pending_rows.values():
+        request = r[1:15]  # what the view is made of (the explanation is not)
+        hit = memo.pending.get(r.lease_id)
+        if hit is None or hit[0] != request or memo.pool != pool.name:
+            hit = (request, RequestView(r.lease_id, r.team, pool.name, r.gpus, r.priority, r.created_at, r.model,
+                                        r.min_memory_mb, bool(r.same_host), r.min_driver_version,
+                                        r.min_cuda_version, float(r.ttl_seconds)))
+        pending_views[r.lease_id] = hit
+
+    with _MEMO_LOCK:
+        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, running_views, pending_views)
+
+    quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit)
+              for team, guaranteed, limit in _read(QUOTA_SQL, {"pool": pool.pk})}
+    classes = {name: PriorityClassView(name, value, bool(preemptible), min_rt, grace)
+               for name, value, preemptible, min_rt, grace in _read(CLASS_SQL, {})}
+    half_life = SchedulerSettings.current().fair_share_half_life_hours * 3600.0
+    snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),
+                        quotas=quotas, running=tuple(view for _, view in running_views.values()),
+                        pending=tuple(view for _, view in pending_views.values()),
+                        priority_classes=classes, half_life_s=half_life)
+    return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows})
+
+
+def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, PendingRow], dict[int, int]]:
+    """Read one pool's state in a fixed number of queries. Returns the snapshot, the pending
+    lease rows by id (the apply step updates them) and each GPU's host id."""
+    read = read_pool(pool, now)
+    return read.snapshot, read.pending, read.gpu_host

@@ -1,0 +1,68 @@
+"""Queue explanations: a new lease's first one is written at once, changes at the head of the queue
+too, changes further back at most once per interval; unchanged ones never."""
+
+from __future__ import annotations
+
+import pytest
+
+from allocation.engine import apply, run_pass
+from allocation.models import Lease
+from allocation.services import lease_release
+
+pytestmark = pytest.mark.django_db
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _positions(leases: list[Lease]) -> list[int | None]:
+    by_id = dict(Lease.objects.filter(pk__in=[lease.pk for lease in leases]).values_list("pk", "queue_position"))
+    return [by_id[lease.pk] for lease in leases]
+
+
+def test_positions_behind_the_head_are_refreshed_once_the_interval_has_passed(fleet, leases, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    monkeypatch.setattr(apply, "_clock", clock)
+    monkeypatch.setattr(apply, "EXPLAIN_HEAD", 1)
+    pool = fleet(hosts=1)
+    [holder] = leases(pool, 1, gpus=8)
+    run_pass([pool.pk])
+    queue = leases(pool, 4, gpus=8)
+    run_pass([pool.pk])  # new leases: every first explanation is written, wherever in the queue
+    assert _positions(queue) == [1, 2, 3, 4]
+    assert all(r.startswith("waiting for 8 GPUs") for r in Lease.objects.filter(pk__in=[q.pk for q in queue])
+               .values_list("reason", flat=True))
+
+    lease_release(lease=holder, actor="ann")
+    clock.now += 10
+    assert run_pass([pool.pk])[0].granted == [str(queue[0].pk)]
+    assert _positions(queue[1:]) == [1, 2, 3]  # the tail was due: written
+
+    lease_release(lease=Lease.objects.get(pk=queue[0].pk), actor="ann")
+    late = leases(pool, 1, gpus=8)
+    clock.now += 0.5  # within the interval
+    assert run_pass([pool.pk])[0].granted == [str(queue[1].pk)]
+    # The new head is written, and the newcomer's first explanation; the tail keeps its old place.
+    assert _positions(queue[2:] + late) == [1, 3, 3]
+
+    clock.now += apply.EXPLAIN_TAIL_INTERVAL_S
+    assert run_pass([pool.pk])[0].granted == []
+    assert _positions(queue[2:] + late) == [1, 2, 3]
+
+
+def test_an_explanation_that_did_not_change_is_not_rewritten(fleet, leases, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    pool = fleet(hosts=1)
+    leases(pool, 1, gpus=8)
+    leases(pool, 3, gpus=8, team="b")
+    run_pass([pool.pk])
+    written = []
+    real = apply.bulk_update_columns
+    monkeypatch.setattr(apply, "bulk_update_columns", lambda *a, **kw: written.append(a[1]) or real(*a, **kw))
+    monkeypatch.setattr(apply, "_tail_written", {})  # the tail is due, and still nothing to write
+    run_pass([pool.pk])
+    assert written == []

@@ -1,0 +1,152 @@
+"""The lean snapshot reads what the models say (checked against a plain ORM reading, the engine's
+previous implementation), and reuses a view only while its rows are unchanged."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from allocation.choices import END_STATES
+from allocation.engine import build_snapshot, run_pass
+from allocation.engine.snapshot import read_pool
+from allocation.ledger import decayed_interval, half_life_s
+from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team, UsageLedger
+from allocation.policy.types import GpuView, PriorityClassView, QuotaView, RequestView, RunningView, TeamView
+from inventory.choices import Health, HostState
+from inventory.models import Gpu, Host, Pool
+
+pytestmark = pytest.mark.django_db
+
+
+def _ts(value):  # type: ignore[no-untyped-def]
+    return value.timestamp() if value is not None else None
+
+
+def reference(pool: Pool):  # type: ignore[no-untyped-def]
+    """The snapshot as the engine used to read it, through the ORM, one concern at a time."""
+    parents = set(Gpu.objects.filter(pool=pool, parent__isnull=False).values_list("parent_id", flat=True))
+    held_elsewhere = set(LeaseGpu.objects.filter(active=True, gpu__pool=pool).exclude(lease__pool=pool)
+                         .values_list("gpu_id", flat=True))
+    gpus = tuple(
+        GpuView(id=pk, pool=pool.name, host=host, model=model, memory_mb=mem or 0, driver_version=drv,
+                cuda_version=cuda, mig_profile=mig, time_sliced=replicas > 1,
+                schedulable=(host_state == HostState.READY and health == Health.OK and not foreign
+                             and pk not in parents | held_elsewhere))
+        for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas
+        in Gpu.objects.filter(pool=pool, gone=False).values_list(
+            "pk", "host__name", "host__state", "model", "memory_mb", "host__driver_version",
+            "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas"))
+    holding: dict[str, list[int]] = {}
+    for lease_id, gpu_id in LeaseGpu.objects.filter(active=True, lease__pool=pool).values_list("lease_id", "gpu_id"):
+        holding.setdefault(str(lease_id), []).append(gpu_id)
+    running = {
+        str(pk): RunningView(str(pk), team, pool.name, tuple(sorted(holding[str(pk)])), prio, preemptible,
+                             _ts(granted) or 0.0, borrowed, min_rt, _ts(expires), state in END_STATES)
+        for pk, team, state, prio, preemptible, min_rt, granted, borrowed, expires
+        in Lease.objects.filter(pk__in=list(holding)).values_list(
+            "pk", "team__name", "state", "priority_class__value", "priority_class__preemptible",
+            "priority_class__min_runtime_s", "granted_at", "borrowed", "expires_at")}
+    pending = {
+        str(r.pk): RequestView(str(r.pk), r.team.name, pool.name, r.gpu_count, r.priority_class.value,
+                               r.created_at.timestamp(), r.model, r.min_memory_mb, r.same_host,
+                               r.min_driver_version, r.min_cuda_version, float(r.ttl_seconds))
+        for r in Lease.objects.filter(pool=pool, state="pending").select_related("team", "priority_class")}
+    quotas = {(q.team.name, pool.name): QuotaView(q.team.name, pool.name, q.guaranteed, q.limit)
+              for q in Quota.objects.filter(pool=pool).select_related("team")}
+    classes = {pc.name: PriorityClassView(pc.name, pc.value, pc.preemptible, pc.min_runtime_s, pc.grace_s)
+               for pc in PriorityClass.objects.all()}
+    return gpus, running, pending, quotas, classes
+
+
+def reference_usage(now):  # type: ignore[no-untyped-def]
+    """`ledger.team_usage_views` as it was: running leases one by one, counting their active links."""
+    h = half_life_s()
+    t = now.timestamp()
+    usage = {led.team_id: led.closed_usage * 2 ** (-(t - led.as_of.timestamp()) / h)
+             for led in UsageLedger.objects.all()}
+    for team_id, n, granted in (Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=True)
+                                .annotate(n=Count("gpu_links", filter=Q(gpu_links__active=True)))
+                                .values_list("team_id", "n", "granted_at")):
+        usage[team_id] = usage.get(team_id, 0.0) + decayed_interval(n, granted.timestamp(), t, t, h)
+    return {name: TeamView(name, weight, usage.get(pk, 0.0))
+            for pk, name, weight in Team.objects.values_list("pk", "name", "weight")}
+
+
+@pytest.fixture
+def mixed_pool(fleet, leases):  # type: ignore[no-untyped-def]
+    """A pool with one of everything the snapshot must tell apart."""
+    pool = fleet(hosts=3)
+    spare = Pool.objects.get(name="spare")
+    Quota.objects.create(team=Team.objects.get(name="a"), pool=pool, guaranteed=4, limit=12)
+    hosts = list(Host.objects.filter(gpus__pool=pool).distinct().order_by("name"))
+    gpus = {h.name: list(Gpu.objects.filter(host=h).order_by("index")) for h in hosts}
+    first, second, _ = (gpus[h.name] for h in hosts)
+    Host.objects.filter(pk=hosts[2].pk).update(state=HostState.CORDONED, driver_version="550.1", cuda_version="12.4")
+    Gpu.objects.filter(pk=first[7].pk).update(health=Health.UNHEALTHY)
+    Gpu.objects.filter(pk=first[6].pk).update(foreign=True)
+    Gpu.objects.filter(pk=first[5].pk).update(gone=True)
+    Gpu.objects.filter(pk=first[4].pk).update(shared_replicas=4, memory_mb=None)
+    Gpu.objects.create(host=hosts[0], pool=pool, parent=first[3], uuid="MIG-child-1", index=3,
+                       model=first[3].model, mig_profile="1g.10gb", memory_mb=10240)
+    # A lease of another pool still holds a GPU moved into this one.
+    [elsewhere] = leases(spare, 1, gpus=1)
+    Lease.objects.filter(pk=elsewhere.pk).update(state="granted", granted_at=timezone.now())
+    LeaseGpu.objects.create(lease=elsewhere, gpu=second[0])
+    Gpu.objects.filter(pk=second[0].pk).update(leased=True)
+
+    running = leases(pool, 3, gpus=2, priority="best-effort") + leases(pool, 1, gpus=2, team="b")
+    run_pass([pool.pk])
+    # Ending with a workload (grace running); and one ended whose GPUs were never released.
+    Lease.objects.filter(pk=running[0].pk).update(state="preempted", ending_since=timezone.now(),
+                                                  ended_at=timezone.now())
+    Lease.objects.filter(pk=running[1].pk).update(state="released", ended_at=timezone.now())
+    # A running lease holding a GPU that has since moved to the other pool.
+    moved = LeaseGpu.objects.filter(lease=running[2], active=True).first().gpu_id
+    Gpu.objects.filter(pk=moved).update(pool=spare)
+    UsageLedger.objects.create(team=Team.objects.get(name="b"), closed_usage=5000.0,
+                               as_of=timezone.now() - timedelta(hours=2))
+    leases(pool, 2, gpus=8, team="b", model="H100", min_memory_mb=1000, binding_spec={"kind": "process"})
+    leases(pool, 1, gpus=3, same_host=False, min_driver_version="535", ttl_seconds=60)
+    return pool
+
+
+def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    snapshot, pending_rows, gpu_host = build_snapshot(mixed_pool, now)
+    gpus, running, pending, quotas, classes = reference(mixed_pool)
+    assert snapshot.gpus == gpus  # in the same order
+    assert sum(not g.schedulable for g in gpus) == 8 + 4  # a cordoned host, 4 GPUs out here
+    assert {r.lease_id: r for r in snapshot.running} == running and len(running) == 4
+    assert {p.lease_id: p for p in snapshot.pending} == pending and len(pending) == 3
+    assert sorted(pending_rows) == sorted(pending)
+    assert snapshot.quotas == quotas and snapshot.priority_classes == classes
+    expected_teams = reference_usage(now)
+    assert list(snapshot.teams) == list(expected_teams)
+    for name, team in snapshot.teams.items():
+        assert team.weight == expected_teams[name].weight
+        assert team.decayed_usage == pytest.approx(expected_teams[name].decayed_usage, rel=1e-9)
+        assert team.decayed_usage > 0
+    assert gpu_host == dict(Gpu.objects.filter(pool=mixed_pool, gone=False).values_list("pk", "host_id"))
+    assert snapshot.now == now.timestamp() and snapshot.half_life_s == 168 * 3600.0
+
+
+def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:  # type: ignore[no-untyped-def]
+    first = read_pool(mixed_pool, timezone.now()).snapshot
+    second = read_pool(mixed_pool, timezone.now()).snapshot
+    assert second.gpus is first.gpus
+    assert all(a is b for a, b in zip(first.running, second.running, strict=True))
+    assert all(a is b for a, b in zip(first.pending, second.pending, strict=True))
+
+    host = Host.objects.filter(gpus__pool=mixed_pool).order_by("name").first()
+    Host.objects.filter(pk=host.pk).update(state=HostState.CORDONED)
+    renewed = first.running[-1]
+    Lease.objects.filter(pk=renewed.lease_id).update(expires_at=timezone.now() + timedelta(hours=5))
+    third = read_pool(mixed_pool, timezone.now()).snapshot
+    assert third.gpus is not first.gpus and third.gpus == reference(mixed_pool)[0]
+    assert not any(g.schedulable for g in third.gpus if g.host == host.name)
+    changed = [r for r in third.running if r.lease_id == renewed.lease_id]
+    assert changed[0] is not renewed and changed[0].expected_end > (renewed.expected_end or 0)
+    assert all(a is b for a, b in zip(first.running, third.running, strict=True) if a.lease_id != renewed.lease_id)
