@@ -98,7 +98,7 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
 def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> None:
     if not decisions.preemptions:
         return
-    victims = {str(v.pk): v for v in Lease.objects.select_for_update().select_related(
+    victims = {str(v.pk): v for v in Lease.objects.select_for_update(of=("self",)).select_related(
         "priority_class", "team").filter(pk__in=[p.lease_id for p in decisions.preemptions])}
     chosen = []
     for pre in decisions.preemptions:
