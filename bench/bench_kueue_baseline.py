@@ -189,6 +189,15 @@ class PoolClient:
             if self.remaining <= 0:
                 self.done.set()
 
+    async def reconcile(self, team: str) -> None:
+        """Like a Kubernetes client after a 410: read the state of every lease still waited on."""
+        await asyncio.sleep(0.5)  # after the new stream's bookmark
+        for lease_id, job in list(self.by_lease.items()):
+            if job["team"] == team and job.get("current") == lease_id and job["end"] is None and not job["held"]:
+                lease = await self.call("GET", f"leases/{lease_id}/", team)
+                if lease is not None:
+                    await self.on_state(lease_id, lease["state"])
+
     async def follow(self, team: str, ready: asyncio.Event) -> None:
         last = ""
         while True:
@@ -197,6 +206,10 @@ class PoolClient:
                 headers["Last-Event-ID"] = last
             try:
                 async with self.http.get(self.url + f"leases/events/?team={team}", headers=headers) as r:
+                    if r.status == 410:  # changes were lost: watch afresh, then re-read what we wait on
+                        last = ""
+                        asyncio.get_running_loop().create_task(self.reconcile(team))
+                        continue
                     if r.status != 200:
                         self._error(f"stream HTTP {r.status}")
                         await asyncio.sleep(1)

@@ -15,7 +15,9 @@ its last event id. A resume point older than what the log keeps is `Expired` (HT
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from allocation.events import STREAM, LeaseChange
 
 logger = logging.getLogger(__name__)
 
+CHECK_S = 5.0  # how often the reader checks that the stream has not been lost
 POLL_S = 0.25  # audit-log polling interval in the embedded mode
 BLOCK_MS = 5_000  # XREAD BLOCK: wakes at least this often to notice shutdown
 BATCH = 2_000
@@ -33,6 +36,10 @@ QUEUE_MAX = 10_000
 # Database work of the watch endpoints runs here: a few long-lived threads, each with its own
 # persistent Django connection, never the event loop and never the request threads of the API.
 DB_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="watch-db")
+
+
+# Handed to subscribers when the log was lost: "what you knew may be stale, start again".
+RESET = LeaseChange(lease_id="", pool_id=0, team_id=0, state="")
 
 
 class Expired(Exception):
@@ -86,6 +93,7 @@ class Feed:
     """The process's reader of the change log (started on first use)."""
 
     def __init__(self) -> None:
+        self._next_check = 0.0
         self.subscribers: set[Subscriber] = set()
         self._task: asyncio.Task[None] | None = None
         self._redis: Any = None
@@ -149,10 +157,33 @@ class Feed:
                 delay = min(delay * 2, 10.0)
 
     async def _read_stream(self) -> None:
-        reply = await self.redis().xread({STREAM: self.head or "0-0"}, count=BATCH, block=BLOCK_MS)
+        client = self.redis()
+        if time.monotonic() >= self._next_check:
+            await self._check_continuity(client)
+        reply = await client.xread({STREAM: self.head or "0-0"}, count=BATCH, block=BLOCK_MS)
         for _stream, entries in reply or []:
             for event_id, fields in entries:
                 self.dispatch(_s(event_id), _change(fields))
+
+    async def _check_continuity(self, client: Any) -> None:
+        """A Redis restart or flush loses the stream, and with it changes no one has read yet:
+        every subscriber is told to start again (streams end, so clients resume and are told to
+        re-list; long polls re-read the lease)."""
+        import redis
+
+        self._next_check = time.monotonic() + CHECK_S
+        try:
+            last = _s((await client.xinfo_stream(STREAM))["last-generated-id"])
+        except redis.ResponseError:  # no such key: lost, or nothing was ever written
+            last = "0-0"
+        if parse_event_id(last) < parse_event_id(self.head or "0-0"):
+            logger.warning("lease feed: the change log went back from %s to %s (Redis restarted or "
+                           "flushed); watchers start again", self.head, last)
+            self.head = last
+            for sub in list(self.subscribers):
+                sub.overflowed = True
+                with contextlib.suppress(asyncio.QueueFull):
+                    sub.queue.put_nowait(("0", RESET))
 
     async def _poll_audit(self) -> None:
         rows = await in_db(_audit_after, int(self.head or 0), BATCH)
@@ -165,9 +196,11 @@ class Feed:
         """Changes after `since` up to and including `until`, oldest first. Raises Expired when
         the log no longer holds what followed `since`."""
         start, end = parse_event_id(since), parse_event_id(until)
+        client = self.redis()
+        if client is not None:
+            await self._check_not_trimmed(client, since)
         if start >= end:
             return []
-        client = self.redis()
         if client is None:
             out: list[tuple[str, LeaseChange]] = []
             cursor = start[0]
@@ -177,7 +210,6 @@ class Feed:
                 if len(rows) < BATCH:
                     return out
                 cursor = int(rows[-1][0])
-        await self._check_not_trimmed(client, since)
         out = []
         cursor = f"({since}"
         while True:

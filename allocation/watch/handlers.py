@@ -193,6 +193,8 @@ async def _stream(send: Send, receive: Receive, viewer: access.Viewer, sub: Any,
             batch = [getter.result()]
             while not sub.queue.empty():
                 batch.append(sub.queue.get_nowait())
+            if sub.overflowed:  # behind or the log was lost: end, the client resumes or re-lists
+                break
             # Changes already sent from the backlog were queued live too: skip them.
             batch = [(i, c) for i, c in batch if parse_event_id(i) > floor]
             if batch:

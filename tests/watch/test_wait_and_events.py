@@ -235,3 +235,28 @@ def test_the_cli_waits_for_its_grant_with_long_polls_not_a_poll_a_second(
     gets = [params for method, params in calls if method == "GET"]
     assert 1 <= len(gets) <= 3
     assert any("wait" in params and params.get("state") == "pending" for params in gets)
+
+
+def test_a_lost_change_log_ends_the_stream_and_resuming_from_before_the_loss_is_a_410(
+        server: dict[str, Any]) -> None:
+    """Redis restarted or flushed: changes no one had read are gone, so a watcher must not go on
+    as if it had seen everything; it is told to list again."""
+    if server["mode"] != "redis":
+        pytest.skip("the audit log cannot be lost while the database stands")
+    import redis
+    from django.conf import settings
+
+    from allocation.events import STREAM
+
+    alice = _session(server["alice"])
+    stream = Stream(alice, server["url"] + "leases/events/?team=vision")
+    stream.take(1, kind="bookmark")
+    _create(server)
+    last = stream.take(1)[0]["id"]
+    redis.Redis.from_url(settings.REDIS_URL).delete(STREAM)
+    deadline = time.monotonic() + 30
+    while stream.response.raw is not None and not stream.response.raw.closed and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert time.monotonic() < deadline, "the stream should end once the feed notices the loss"
+    again = alice.get(f"{server['url']}leases/events/?since={last}&timeout=2")
+    assert again.status_code == 410 and again.json()["code"] == "event_id_expired"
