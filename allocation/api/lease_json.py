@@ -1,0 +1,116 @@
+"""Lease JSON without DRF's field machinery: the hot paths (create, read, release, list, watch)
+render leases here, from values() rows or loaded instances, in at most two queries for any number
+of leases. The output is exactly LeaseSerializer's (same keys, order and formats;
+tests/api/test_lease_json.py compares the two), which stays the schema of the OpenAPI document.
+
+DRF's ModelSerializer costs ~0.2 ms a lease in per-field calls; this costs ~20 µs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rest_framework import serializers
+
+from allocation.choices import END_STATES
+from allocation.models import Lease, LeaseGpu
+from allocation.selectors import lease_list, with_gpus
+
+# values() names of a lease row: its own columns and the names of what it refers to.
+COLUMNS = ("id", "state", "team__name", "user__username", "pool__name", "gpu_count", "host__name", "model",
+           "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "priority_class__name",
+           "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at", "expires_at", "ended_at",
+           "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec", "binding_status",
+           "preempted_by_id")
+_RELATED = {"team__name": ("team", "name"), "user__username": ("user", "username"), "pool__name": ("pool", "name"),
+            "host__name": ("host", "name"), "priority_class__name": ("priority_class", "name")}
+_WHEN = serializers.DateTimeField().to_representation  # DRF's own datetime format, for identical output
+
+
+def _links(lease_ids: Sequence[Any]) -> dict[Any, tuple[list[str], list[bool]]]:
+    out: dict[Any, tuple[list[str], list[bool]]] = {}
+    rows = (LeaseGpu.objects.filter(lease_id__in=lease_ids).order_by("gpu__host_id", "gpu__index", "pk")
+            .values_list("lease_id", "gpu__uuid", "active"))
+    for lease_id, gpu_uuid, active in rows:
+        uuids, actives = out.setdefault(lease_id, ([], []))
+        uuids.append(gpu_uuid)
+        actives.append(active)
+    return out
+
+
+def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool]) -> dict[str, Any]:
+    """One lease, in LeaseSerializer's field order. An ended lease lists every GPU it held; an
+    active one only those it holds now."""
+    state = row["state"]
+    ended = state in END_STATES
+    spec = row["binding_spec"]
+    when = (row["created_at"], row["granted_at"], row["expires_at"], row["ended_at"], row["estimated_start"])
+    created, granted, expires, ended_at, estimated = (_WHEN(t) if t else None for t in when)
+    preempted_by = row["preempted_by_id"]
+    return {
+        "id": str(row["id"]), "state": state, "team": row["team__name"], "user": row["user__username"],
+        "pool": row["pool__name"], "gpu_count": row["gpu_count"],
+        "gpus": [u for u, active in zip(uuids, actives, strict=True) if active or ended],
+        "host": row["host__name"], "model": row["model"], "min_memory_mb": row["min_memory_mb"],
+        "min_driver_version": row["min_driver_version"], "min_cuda_version": row["min_cuda_version"],
+        "same_host": row["same_host"], "priority_class": row["priority_class__name"], "borrowed": row["borrowed"],
+        "requeue_on_loss": row["requeue_on_loss"], "ttl_seconds": row["ttl_seconds"], "created_at": created,
+        "granted_at": granted, "expires_at": expires, "ended_at": ended_at, "reason": row["reason"],
+        "queue_position": row["queue_position"], "estimated_start": estimated,
+        "binding": {"kind": row["binding_kind"], "spec": spec,
+                    "status": row["binding_status"] or {"state": "waiting for grant"}} if spec else None,
+        "preempted_by": str(preempted_by) if preempted_by is not None else None,
+    }
+
+
+def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Lease JSON for values() rows of COLUMNS (annotated by `with_gpus` or not: then one query
+    reads the GPU links of all of them)."""
+    missing = [row["id"] for row in rows if "gpu_uuids" not in row]
+    links = _links(missing) if missing else {}
+    out = []
+    for row in rows:
+        if "gpu_uuids" in row:
+            uuids, actives = row["gpu_uuids"], row["gpu_active"]
+        else:
+            uuids, actives = links.get(row["id"], ((), ()))
+        out.append(_render(row, uuids, actives))
+    return out
+
+
+def lease_dicts(lease_ids: Iterable[Any], *, visible_to: Any = None) -> list[dict[str, Any]]:
+    """Lease JSON for `lease_ids`, in their order; ids that do not exist (or, with `visible_to`,
+    that this user may not see) are left out. One query on PostgreSQL, two elsewhere; none for
+    an empty list."""
+    ids = [i for i in map(_as_uuid, lease_ids) if i is not None]
+    if not ids:
+        return []
+    queryset = lease_list(user=visible_to, related=False) if visible_to is not None else Lease.objects.all()
+    rows = {row["id"]: row for row in with_gpus(queryset.filter(pk__in=ids).order_by().values(*COLUMNS))}
+    return render_rows([rows[i] for i in ids if i in rows])
+
+
+def lease_dict(lease: Lease, gpus: Sequence[str] | None = None) -> dict[str, Any]:
+    """Lease JSON for a loaded instance whose team, user, pool, priority class and host are loaded
+    too (select_related, or set by the service that made it). Its GPUs come from `gpus` (as
+    listed), else from a `with_gpus` annotation, else from one query."""
+    row = {name: getattr(lease, name) for name in COLUMNS if name not in _RELATED}
+    for name, (relation, attr) in _RELATED.items():
+        related = getattr(lease, relation)
+        row[name] = getattr(related, attr) if related is not None else None
+    if gpus is not None:
+        return _render(row, gpus, [True] * len(gpus))
+    if hasattr(lease, "gpu_uuids"):
+        return _render(row, lease.gpu_uuids, lease.gpu_active)
+    return render_rows([row])[0]
+
+
+def _as_uuid(value: Any) -> uuid.UUID | None:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
