@@ -20,7 +20,7 @@ from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease, PriorityClass, Quota, Team
 from allocation.policy import matching
-from allocation.selectors import lease_list, with_gpus
+from allocation.selectors import lease_list, with_gpus, with_names
 from allocation.sql import execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass
 from inventory.choices import HostState
@@ -192,8 +192,7 @@ def _insert_lease(lease: Lease, event: Any) -> bool:
 def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
     """The lease this user made with Idempotency-Key `key`, if any; Conflict when it was made
     from another request body."""
-    existing = (with_gpus(Lease.objects.filter(user=user, idempotency_key=key)
-                          .select_related("team", "user", "pool", "priority_class", "host")).first())
+    existing = with_gpus(with_names(Lease.objects.filter(user=user, idempotency_key=key))).first()
     if existing is not None and existing.request_fingerprint != fingerprint:
         raise Conflict("this Idempotency-Key was used with a different request body",
                        code="idempotency_key_reused")
@@ -201,13 +200,12 @@ def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
 
 
 def _locked(lease: Lease | Any, visible_to: Any = None) -> Lease:
-    """The lease (an instance or its id), its row locked, with what renders it loaded (names of
-    what it refers to; its GPUs on PostgreSQL), in one query. With `visible_to`, only a lease
+    """The lease (an instance or its id), its row locked, with what renders it (selectors.with_names;
+    with_gpus on PostgreSQL), in one query. With `visible_to`, only a lease
     that user may see: another team's is NotFound, like a missing one."""
     pk = lease.pk if isinstance(lease, Lease) else lease
     leases = lease_list(user=visible_to, related=False) if visible_to is not None else Lease.objects.all()
-    locked = with_gpus(leases.order_by().select_for_update(of=("self",))
-                       .select_related("team", "user", "pool", "priority_class", "host"))
+    locked = with_gpus(with_names(leases.order_by().select_for_update()))
     try:
         return locked.get(pk=pk)
     except (Lease.DoesNotExist, ValueError, ValidationError):

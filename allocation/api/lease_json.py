@@ -12,20 +12,21 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.db.models import QuerySet
 from rest_framework import serializers
 
 from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
-from allocation.selectors import lease_list, with_gpus
+from allocation.selectors import lease_list, with_gpus, with_names
 
-# values() names of a lease row: its own columns and the names of what it refers to.
-COLUMNS = ("id", "state", "team__name", "user__username", "pool__name", "gpu_count", "host__name", "model",
-           "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "priority_class__name",
-           "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at", "expires_at", "ended_at",
-           "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec", "binding_status",
-           "preempted_by_id")
-_RELATED = {"team__name": ("team", "name"), "user__username": ("user", "username"), "pool__name": ("pool", "name"),
-            "host__name": ("host", "name"), "priority_class__name": ("priority_class", "name")}
+# The lease's own columns that its JSON shows; the names of what it refers to come from
+# selectors.with_names (annotations), or from loaded relations (_RELATED).
+COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
+           "same_host", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at", "expires_at",
+           "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
+           "binding_status", "preempted_by_id")
+_RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
+            "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
 _WHEN = serializers.DateTimeField().to_representation  # DRF's own datetime format, for identical output
 
 
@@ -50,12 +51,12 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool]) 
     created, granted, expires, ended_at, estimated = (_WHEN(t) if t else None for t in when)
     preempted_by = row["preempted_by_id"]
     return {
-        "id": str(row["id"]), "state": state, "team": row["team__name"], "user": row["user__username"],
-        "pool": row["pool__name"], "gpu_count": row["gpu_count"],
+        "id": str(row["id"]), "state": state, "team": row["team_name"], "user": row["user_name"],
+        "pool": row["pool_name"], "gpu_count": row["gpu_count"],
         "gpus": [u for u, active in zip(uuids, actives, strict=True) if active or ended],
-        "host": row["host__name"], "model": row["model"], "min_memory_mb": row["min_memory_mb"],
+        "host": row["host_name"], "model": row["model"], "min_memory_mb": row["min_memory_mb"],
         "min_driver_version": row["min_driver_version"], "min_cuda_version": row["min_cuda_version"],
-        "same_host": row["same_host"], "priority_class": row["priority_class__name"], "borrowed": row["borrowed"],
+        "same_host": row["same_host"], "priority_class": row["priority_class_name"], "borrowed": row["borrowed"],
         "requeue_on_loss": row["requeue_on_loss"], "ttl_seconds": row["ttl_seconds"], "created_at": created,
         "granted_at": granted, "expires_at": expires, "ended_at": ended_at, "reason": row["reason"],
         "queue_position": row["queue_position"], "estimated_start": estimated,
@@ -65,9 +66,15 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool]) 
     }
 
 
+def lease_rows(queryset: QuerySet[Lease]) -> QuerySet[Any]:
+    """values() rows of `queryset` with all that renders them: COLUMNS, the names (with_names),
+    the GPU links on PostgreSQL (with_gpus). One query, with no joins."""
+    return with_gpus(with_names(queryset.values(*COLUMNS)))
+
+
 def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Lease JSON for values() rows of COLUMNS (annotated by `with_gpus` or not: then one query
-    reads the GPU links of all of them)."""
+    """Lease JSON for `lease_rows` rows (without the GPU links, as on SQLite, one query reads
+    those of all of them)."""
     missing = [row["id"] for row in rows if "gpu_uuids" not in row]
     links = _links(missing) if missing else {}
     out = []
@@ -88,18 +95,21 @@ def lease_dicts(lease_ids: Iterable[Any], *, visible_to: Any = None) -> list[dic
     if not ids:
         return []
     queryset = lease_list(user=visible_to, related=False) if visible_to is not None else Lease.objects.all()
-    rows = {row["id"]: row for row in with_gpus(queryset.filter(pk__in=ids).order_by().values(*COLUMNS))}
+    rows = {row["id"]: row for row in lease_rows(queryset.filter(pk__in=ids).order_by())}
     return render_rows([rows[i] for i in ids if i in rows])
 
 
 def lease_dict(lease: Lease, gpus: Sequence[str] | None = None) -> dict[str, Any]:
-    """Lease JSON for a loaded instance whose team, user, pool, priority class and host are loaded
-    too (select_related, or set by the service that made it). Its GPUs come from `gpus` (as
-    listed), else from a `with_gpus` annotation, else from one query."""
-    row = {name: getattr(lease, name) for name in COLUMNS if name not in _RELATED}
+    """Lease JSON for a loaded instance, annotated by `with_names` or with its team, user, pool,
+    priority class and host loaded (select_related, or set by the service that made it). Its GPUs
+    come from `gpus` (as listed), else from a `with_gpus` annotation, else from one query."""
+    row = {name: getattr(lease, name) for name in COLUMNS}
     for name, (relation, attr) in _RELATED.items():
-        related = getattr(lease, relation)
-        row[name] = getattr(related, attr) if related is not None else None
+        if hasattr(lease, name):
+            row[name] = getattr(lease, name)
+        else:
+            related = getattr(lease, relation)
+            row[name] = getattr(related, attr) if related is not None else None
     if gpus is not None:
         return _render(row, gpus, [True] * len(gpus))
     if hasattr(lease, "gpu_uuids"):

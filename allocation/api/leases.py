@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
-from allocation.api.lease_json import COLUMNS, lease_dict, lease_dicts, render_rows
+from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
     LeaseCreateSerializer,
@@ -25,7 +25,7 @@ from allocation.api.serializers import (
 )
 from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
-from allocation.selectors import lease_list, with_gpus
+from allocation.selectors import lease_list
 from allocation.services import lease_create, lease_release, lease_renew
 from pool.api.viewsets import ReadOnlyViewSet
 
@@ -62,7 +62,7 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         return [LeaseCreateThrottle()] if self.action == "create" else super().get_throttles()
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        rows = with_gpus(self.filter_queryset(self.get_queryset()).values(*COLUMNS))
+        rows = lease_rows(self.filter_queryset(self.get_queryset()))
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(render_rows(page if page is not None else list(rows)))
 
