@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db import connection
@@ -11,7 +12,15 @@ from django.utils import timezone
 from allocation.choices import LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import AuditEvent, Lease, LeaseGpu, PriorityClass, Quota, Team
+from allocation.sql import compiled_values
 from pool.api.permissions import is_pool_admin
+
+LEASE_FIELDS = tuple(f.attname for f in Lease._meta.concrete_fields)
+
+
+def _of_member(leases: QuerySet[Lease], user_id: Any) -> QuerySet[Lease]:
+    # A semi-join on the user's memberships: one index probe, no join through the team.
+    return leases.filter(team_id__in=Team.members.through.objects.filter(user_id=user_id).values("team_id"))
 
 
 def lease_list(*, user: Any, related: bool = True) -> QuerySet[Lease]:
@@ -23,9 +32,41 @@ def lease_list(*, user: Any, related: bool = True) -> QuerySet[Lease]:
         qs = qs.select_related("team", "user", "pool", "priority_class", "host").prefetch_related(
             Prefetch("gpu_links", queryset=LeaseGpu.objects.select_related("gpu")))
     if not is_pool_admin(user):
-        # A semi-join on the user's memberships: one index probe, no join through the team.
-        qs = qs.filter(team_id__in=Team.members.through.objects.filter(user_id=user.pk).values("team_id"))
+        qs = _of_member(qs, user.pk)
     return qs.order_by("-created_at")
+
+
+def _lease_row_query(lease_id: Any, scope: int | None, lock: bool) -> QuerySet[Any]:
+    leases = Lease.objects.filter(pk=lease_id)
+    if scope is not None:
+        leases = _of_member(leases, scope)
+    if lock:
+        leases = leases.select_for_update()
+    return with_gpus(with_names(leases.values(*LEASE_FIELDS)))
+
+
+def as_lease_id(value: Any) -> uuid.UUID | None:
+    """A lease id from a URL or a client (a UUID in any spelling); None when it is not one."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def lease_row(lease_id: Any, *, visible_to: Any = None, lock: bool = False) -> dict[str, Any] | None:
+    """One lease as a values() row: every column (LEASE_FIELDS), the names of what it refers to
+    (with_names) and, on PostgreSQL, its GPU links (with_gpus). None when it does not exist, when
+    `lease_id` is no UUID or, with `visible_to`, when that user may not see it. With `lock`, its
+    row is locked FOR UPDATE (inside the caller's transaction). One query, compiled once per
+    process: it is the read of every lease request (see allocation.sql.compiled_values)."""
+    pk = as_lease_id(lease_id)
+    if pk is None:
+        return None
+    scope = None if visible_to is None or is_pool_admin(visible_to) else visible_to.pk
+    rows = compiled_values("lease_row", _lease_row_query, lease_id=pk, scope=scope, lock=lock)
+    return rows[0] if rows else None
 
 
 def with_names(queryset: QuerySet[Any]) -> QuerySet[Any]:

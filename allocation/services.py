@@ -10,9 +10,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
@@ -20,8 +19,8 @@ from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease, PriorityClass, Quota, Team
 from allocation.policy import matching
-from allocation.selectors import lease_list, with_gpus, with_names
-from allocation.sql import execute_as_one, insert_sql, one_statement_writes
+from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
+from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass
 from inventory.choices import HostState
 from inventory.models import Pool
@@ -55,20 +54,26 @@ def _no_pool(name: str) -> DomainError:
                        details={"pool": [f"Object with name={name} does not exist."]})
 
 
+def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name: str) -> QuerySet[Any]:
+    members = Team.members.through.objects
+    teams = (Team.objects.filter(name=team_name) if team_name is not None
+             else Team.objects.filter(pk__in=members.filter(user_id=user_id).values("team_id")))
+    quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name)
+    return teams.annotate(
+        is_member=Exists(members.filter(team_id=OuterRef("pk"), user_id=user_id)),
+        pool_pk=Subquery(Pool.objects.filter(name=pool_name).values("pk")[:1]),
+        pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).values("pk")[:1]),
+        quota_limit=Subquery(quota.values("limit")[:1]),
+    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit")[:2]
+
+
 def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
     """Pool, team (named, or the user's only one), membership, priority class (named, or
-    `default`) and the team's quota in the pool, in one query. Errors may cost more queries."""
+    `default`) and the team's quota in the pool, in one query (compiled once per process).
+    Errors may cost more queries."""
     pool_name = pool if isinstance(pool, str) else pool.name
-    members = Team.members.through.objects
-    teams = (Team.objects.filter(name=team_name) if team_name
-             else Team.objects.filter(pk__in=members.filter(user_id=user.pk).values("team_id")))
-    quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name)
-    rows = list(teams.annotate(
-        is_member=Exists(members.filter(team_id=OuterRef("pk"), user_id=user.pk)),
-        pool_pk=Subquery(Pool.objects.filter(name=pool_name).values("pk")[:1]),
-        pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name or "default").values("pk")[:1]),
-        quota_limit=Subquery(quota.values("limit")[:1]),
-    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit")[:2])
+    rows = compiled_values("lease_request", _resolve_query, user_id=user.pk, pool_name=pool_name,
+                           team_name=team_name or None, pc_name=pc_name or "default")
     if not rows or rows[0]["pool_pk"] is None:
         if not Pool.objects.filter(name=pool_name).exists():
             raise _no_pool(pool_name)
@@ -200,16 +205,16 @@ def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
 
 
 def _locked(lease: Lease | Any, visible_to: Any = None) -> Lease:
-    """The lease (an instance or its id), its row locked, with what renders it (selectors.with_names;
-    with_gpus on PostgreSQL), in one query. With `visible_to`, only a lease
-    that user may see: another team's is NotFound, like a missing one."""
-    pk = lease.pk if isinstance(lease, Lease) else lease
-    leases = lease_list(user=visible_to, related=False) if visible_to is not None else Lease.objects.all()
-    locked = with_gpus(with_names(leases.order_by().select_for_update()))
-    try:
-        return locked.get(pk=pk)
-    except (Lease.DoesNotExist, ValueError, ValidationError):
-        raise NotFound("Not found.", code="not_found") from None
+    """The lease (an instance or its id), its row locked, with what renders it (selectors.lease_row:
+    names, and GPUs on PostgreSQL), in one query. With `visible_to`, only a lease that user may
+    see: another team's is NotFound, like a missing one."""
+    row = lease_row(lease.pk if isinstance(lease, Lease) else lease, visible_to=visible_to, lock=True)
+    if row is None:
+        raise NotFound("Not found.", code="not_found")
+    locked = Lease.from_db(connection.alias, LEASE_FIELDS, [row[name] for name in LEASE_FIELDS])
+    for name in row.keys() - set(LEASE_FIELDS):  # the names and GPU links, for rendering
+        setattr(locked, name, row[name])
+    return locked
 
 
 def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_to: Any = None) -> Lease:

@@ -107,7 +107,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "pool.cache.RedisCache",  # Django's, keeping one client per pool
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool"}}
 else:
     # kombu's filesystem transport: a real broker between real processes, needing no server.
