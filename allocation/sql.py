@@ -11,12 +11,15 @@ data-modifying CTEs).
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models
 from django.db.models import QuerySet
 
@@ -67,8 +70,56 @@ def execute_as_one(ctes: Sequence[tuple[str, Statement]], final: Statement = ("S
     params = [p for _, (_, ps) in ctes for p in ps] + list(final[1])
     sql = ("WITH " + ", ".join(parts) + " " if parts else "") + final[0]
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        execute(cur, sql, params)
         return list(cur.fetchall()) if cur.description else []
+
+
+# --- server-side prepared statements -------------------------------------------------------------
+
+MAX_PREPARED = 64  # per database connection; past it statements run unprepared
+_PLACEHOLDER = re.compile(r"%%|%s")
+
+
+def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
+    """cur.execute(sql, params), as a prepared statement on PostgreSQL (GPUPOOL["PREPARED_STATEMENTS"],
+    default on): PostgreSQL then parses and plans it once per connection instead of every time,
+    which is most of its cost for the small statements of the hot lease requests (~0.3 ms of
+    ~0.35 ms for a lease read). The first use on a connection sends PREPARE and EXECUTE together
+    (one round trip). Prepared statements live as long as the session: turn them off behind a
+    pooler in transaction mode (PgBouncer), which hands sessions around."""
+    if connection.vendor != "postgresql" or not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
+        cur.execute(sql, params)
+        return
+    raw = connection.connection
+    state = connection.__dict__.get("_gpupool_prepared")
+    if state is None or state[0] is not raw:  # a new session: nothing is prepared in it yet
+        state = (raw, {}, set())
+        connection.__dict__["_gpupool_prepared"] = state
+    prepared: dict[str, str] = state[1]
+    uncertain: set[str] = state[2]  # PREPAREs sent with an EXECUTE that failed
+    args = f"({', '.join(['%s'] * len(params))})" if params else ""
+    name = prepared.get(sql)
+    if name is None and len(prepared) >= MAX_PREPARED:
+        cur.execute(sql, params)
+        return
+    if name is None:
+        name = f"gpupool_{hashlib.sha1(sql.encode()).hexdigest()[:16]}"
+        if sql in uncertain:  # PREPARE is not undone by a rollback: it may exist or not
+            uncertain.discard(sql)
+            cur.execute("SELECT 1 FROM pg_prepared_statements WHERE name = %s", [name])
+            if cur.fetchone() is not None:
+                prepared[sql] = name
+    if sql in prepared:
+        cur.execute(f"EXECUTE {name}{args}", params)
+        return
+    numbers = iter(range(1, len(params) + 1))
+    body = _PLACEHOLDER.sub(lambda m: m.group() if m.group() == "%%" else f"${next(numbers)}", sql)
+    try:
+        cur.execute(f"PREPARE {name} AS {body}; EXECUTE {name}{args}", params)
+    except Exception:
+        uncertain.add(sql)
+        raise
+    prepared[sql] = name
 
 
 # --- compiled once, run many times ---------------------------------------------------------------
@@ -138,7 +189,7 @@ def compiled_values(key: str, build: Callable[..., QuerySet[Any]], **values: Any
     for i, name, as_hex in template.slots:
         params[i] = values[name].hex if as_hex else values[name]
     with connection.cursor() as cur:
-        cur.execute(template.sql, params)
+        execute(cur, template.sql, params)
         rows = cur.fetchall()
     names = template.names
     out = []

@@ -161,6 +161,9 @@ GPUPOOL = {
     "SAMPLE_INTERVAL_S": env_int("GPUPOOL_SAMPLE_INTERVAL_S", 60),
     "TELEMETRY_HISTORY": env_int("GPUPOOL_TELEMETRY_HISTORY", 240),
     "POLICY": env_str("GPUPOOL_POLICY", "fair"),
+    # Hot lease statements as server-side prepared statements (allocation/sql.py); set 0 behind a
+    # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.
+    "PREPARED_STATEMENTS": env_bool("GPUPOOL_DB_PREPARE", True),
 }
 
 # --- API ----------------------------------------------------------------------------------------

@@ -102,3 +102,26 @@ def test_ending_a_lease_in_one_statement_writes_what_the_step_by_step_path_write
     held = how != "released"
     assert one_statement["ending"] is held and all(one_statement["links"]) is held
     assert one_statement["ledger"]
+
+
+def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(settings: Any) -> None:
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from allocation.sql import execute
+
+    sql = "SELECT 10 / %s::int, %s::text"
+
+    def run(divisor: int) -> tuple[Any, str]:
+        with CaptureQueriesContext(connection) as ctx, connection.cursor() as cur:
+            execute(cur, sql, [divisor, "x"])
+            return cur.fetchone(), ctx.captured_queries[-1]["sql"]
+
+    with pytest.raises(Exception, match="division by zero"), transaction.atomic():
+        run(0)  # PREPARE and a failing EXECUTE: the statement exists, its first run failed
+    first, first_sql = run(5)
+    second, second_sql = run(2)
+    assert (first, second) == ((2, "x"), (5, "x"))
+    assert second_sql.startswith("EXECUTE gpupool_") and "PREPARE" not in first_sql + second_sql
+    settings.GPUPOOL = {**settings.GPUPOOL, "PREPARED_STATEMENTS": False}
+    assert run(1) == ((10, "x"), "SELECT 10 / 1::int, 'x'::text")
