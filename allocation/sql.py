@@ -15,6 +15,7 @@ import hashlib
 import re
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from django.db import connection, models
 from django.db.models import QuerySet
 
 Statement = tuple[str, list[Any]]
+_lock = threading.Lock()
 
 
 def one_statement_writes() -> bool:
@@ -77,6 +79,8 @@ def execute_as_one(ctes: Sequence[tuple[str, Statement]], final: Statement = ("S
 # --- server-side prepared statements -------------------------------------------------------------
 
 MAX_PREPARED = 64  # per database connection; past it statements run unprepared
+# Per database session (psycopg2 connection): statement → prepared name, and the uncertain ones.
+_sessions: weakref.WeakKeyDictionary[Any, tuple[dict[str, str], set[str]]] = weakref.WeakKeyDictionary()
 _PLACEHOLDER = re.compile(r"%%|%s")
 
 
@@ -90,13 +94,13 @@ def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
     if connection.vendor != "postgresql" or not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
         cur.execute(sql, params)
         return
-    raw = connection.connection
-    state = connection.__dict__.get("_gpupool_prepared")
-    if state is None or state[0] is not raw:  # a new session: nothing is prepared in it yet
-        state = (raw, {}, set())
-        connection.__dict__["_gpupool_prepared"] = state
-    prepared: dict[str, str] = state[1]
-    uncertain: set[str] = state[2]  # PREPAREs sent with an EXECUTE that failed
+    raw = connection.connection  # this thread's session (`connection` is a proxy shared by all)
+    state = _sessions.get(raw)
+    if state is None:  # a new session: nothing is prepared in it yet
+        with _lock:
+            state = _sessions[raw] = ({}, set())
+    prepared: dict[str, str] = state[0]
+    uncertain: set[str] = state[1]  # PREPAREs sent with an EXECUTE that failed
     args = f"({', '.join(['%s'] * len(params))})" if params else ""
     name = prepared.get(sql)
     if name is None and len(prepared) >= MAX_PREPARED:
@@ -134,7 +138,6 @@ class _Template:
 
 
 _templates: dict[tuple[Any, ...], _Template | None] = {}
-_templates_lock = threading.Lock()
 
 
 def _sentinel(name: str, value: Any, n: int) -> Any:
@@ -180,7 +183,7 @@ def compiled_values(key: str, build: Callable[..., QuerySet[Any]], **values: Any
     cache_key = (key, connection.alias, connection.vendor, shape)
     if cache_key not in _templates:
         template = _compile(build, values)
-        with _templates_lock:
+        with _lock:
             _templates[cache_key] = template
     template = _templates[cache_key]
     if template is None:
