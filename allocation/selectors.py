@@ -79,7 +79,9 @@ def with_names(queryset: QuerySet[Any]) -> QuerySet[Any]:
     from inventory.models import Host, Pool
 
     def name(model: Any, fk: str, attr: str = "name") -> Subquery:
-        return Subquery(model.objects.filter(pk=OuterRef(fk)).values(attr))
+        # order_by(): a model's default ordering would sort (Host's even joins its source) a
+        # lookup by primary key.
+        return Subquery(model.objects.filter(pk=OuterRef(fk)).order_by().values(attr))
 
     return queryset.annotate(team_name=name(Team, "team_id"),
                              user_name=name(get_user_model(), "user_id", "username"),

@@ -58,11 +58,13 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
     members = Team.members.through.objects
     teams = (Team.objects.filter(name=team_name) if team_name is not None
              else Team.objects.filter(pk__in=members.filter(user_id=user_id).values("team_id")))
-    quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name)
+    # order_by() in the subqueries: the models' default orderings would sort (Quota's even join)
+    # what are lookups of one row by a unique key.
+    quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name).order_by()
     return teams.annotate(
         is_member=Exists(members.filter(team_id=OuterRef("pk"), user_id=user_id)),
-        pool_pk=Subquery(Pool.objects.filter(name=pool_name).values("pk")[:1]),
-        pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).values("pk")[:1]),
+        pool_pk=Subquery(Pool.objects.filter(name=pool_name).order_by().values("pk")[:1]),
+        pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).order_by().values("pk")[:1]),
         quota_limit=Subquery(quota.values("limit")[:1]),
     ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit")[:2]
 

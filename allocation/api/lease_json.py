@@ -1,7 +1,8 @@
 """Lease JSON without DRF's field machinery: the hot paths (create, read, release, list, watch)
 render leases here, from values() rows or loaded instances, in at most two queries for any number
-of leases. The output is exactly LeaseSerializer's (same keys, order and formats;
-tests/api/test_lease_json.py compares the two), which stays the schema of the OpenAPI document.
+of leases (one for a single lease: allocation.selectors.lease_row). The output is exactly
+LeaseSerializer's (same keys, order and formats; tests/api/test_lease_json.py compares the two),
+which stays the schema of the OpenAPI document.
 
 DRF's ModelSerializer costs ~0.2 ms a lease in per-field calls; this costs ~20 µs.
 """
@@ -16,7 +17,7 @@ from rest_framework import serializers
 
 from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
-from allocation.selectors import as_lease_id, lease_list, lease_row, with_gpus, with_names
+from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 
 # The lease's own columns that its JSON shows; the names of what it refers to come from
 # selectors.with_names (annotations), or from loaded relations (_RELATED).
@@ -66,9 +67,10 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool]) 
 
 
 def lease_rows(queryset: QuerySet[Lease]) -> QuerySet[Any]:
-    """values() rows of `queryset` with all that renders them: COLUMNS, the names (with_names),
-    the GPU links on PostgreSQL (with_gpus). One query, with no joins."""
-    return with_gpus(with_names(queryset.values(*COLUMNS)))
+    """values() rows of `queryset` with what renders them but the GPU links: COLUMNS and the
+    names (with_names). One query, with no joins; `render_rows` reads the links of all the rows in
+    one more (for many rows, one index scan is far cheaper than a `with_gpus` subquery a row)."""
+    return with_names(queryset.values(*COLUMNS))
 
 
 def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -88,8 +90,8 @@ def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def lease_dicts(lease_ids: Iterable[Any], *, visible_to: Any = None) -> list[dict[str, Any]]:
     """Lease JSON for `lease_ids`, in their order; ids that do not exist (or, with `visible_to`,
-    that this user may not see) are left out. One query on PostgreSQL, two elsewhere; none for
-    an empty list."""
+    that this user may not see) are left out. Two queries (the rows, their GPU links), one for a
+    single id on PostgreSQL, none for an empty list."""
     ids = [i for i in map(as_lease_id, lease_ids) if i is not None]
     if not ids:
         return []
