@@ -10,14 +10,18 @@ DRF's ModelSerializer costs ~0.2 ms a lease in per-field calls; this costs ~20 Â
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime, tzinfo
 from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
-from rest_framework import serializers
+from django.utils import timezone
 
 from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
+from allocation.sql import execute
+from inventory.models import Gpu
 
 # The lease's own columns that its JSON shows; the names of what it refers to come from
 # selectors.with_names (annotations), or from loaded relations (_RELATED).
@@ -27,13 +31,31 @@ COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_ver
            "binding_status", "preempted_by_id")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
-_WHEN = serializers.DateTimeField().to_representation  # DRF's own datetime format, for identical output
+
+
+def _when(value: datetime | None, tz: tzinfo) -> str | None:
+    """DRF's DateTimeField output (ISO 8601 in the current time zone, UTC as `Z`), without its
+    per-call lookup of the current time zone (2 Âµs of asgiref locals, ten times a lease)."""
+    if not value:
+        return None
+    text = value.astimezone(tz).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _links(lease_ids: Sequence[Any]) -> dict[Any, tuple[list[str], list[bool]]]:
+    """The GPU links of these leases (UUIDs and active flags, in the order the API lists them)."""
     out: dict[Any, tuple[list[str], list[bool]]] = {}
-    rows = (LeaseGpu.objects.filter(lease_id__in=lease_ids).order_by("gpu__host_id", "gpu__index", "pk")
-            .values_list("lease_id", "gpu__uuid", "active"))
+    if connection.vendor == "postgresql":
+        # One array parameter instead of an IN list of a hundred: a fixed statement, prepared once
+        # (allocation.sql.execute), where the ORM spent ~1 ms building the list.
+        links, gpus = LeaseGpu._meta.db_table, Gpu._meta.db_table
+        with connection.cursor() as cur:
+            execute(cur, f"SELECT l.lease_id, g.uuid, l.active FROM {links} AS l JOIN {gpus} AS g ON g.id = l.gpu_id "
+                         "WHERE l.lease_id = ANY(%s) ORDER BY g.host_id, g.index, l.id", [list(lease_ids)])
+            rows = cur.fetchall()
+    else:
+        rows = (LeaseGpu.objects.filter(lease_id__in=lease_ids).order_by("gpu__host_id", "gpu__index", "pk")
+                .values_list("lease_id", "gpu__uuid", "active"))
     for lease_id, gpu_uuid, active in rows:
         uuids, actives = out.setdefault(lease_id, ([], []))
         uuids.append(gpu_uuid)
@@ -41,14 +63,16 @@ def _links(lease_ids: Sequence[Any]) -> dict[Any, tuple[list[str], list[bool]]]:
     return out
 
 
-def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool]) -> dict[str, Any]:
+def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
+            tz: tzinfo | None = None) -> dict[str, Any]:
     """One lease, in LeaseSerializer's field order. An ended lease lists every GPU it held; an
     active one only those it holds now."""
     state = row["state"]
     ended = state in END_STATES
     spec = row["binding_spec"]
+    tz = tz or timezone.get_current_timezone()
     when = (row["created_at"], row["granted_at"], row["expires_at"], row["ended_at"], row["estimated_start"])
-    created, granted, expires, ended_at, estimated = (_WHEN(t) if t else None for t in when)
+    created, granted, expires, ended_at, estimated = (_when(t, tz) for t in when)
     preempted_by = row["preempted_by_id"]
     return {
         "id": str(row["id"]), "state": state, "team": row["team_name"], "user": row["user_name"],
@@ -78,13 +102,14 @@ def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     those of all of them)."""
     missing = [row["id"] for row in rows if "gpu_uuids" not in row]
     links = _links(missing) if missing else {}
+    tz = timezone.get_current_timezone()
     out = []
     for row in rows:
         if "gpu_uuids" in row:
             uuids, actives = row["gpu_uuids"], row["gpu_active"]
         else:
             uuids, actives = links.get(row["id"], ((), ()))
-        out.append(_render(row, uuids, actives))
+        out.append(_render(row, uuids, actives, tz))
     return out
 
 
