@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Mapping
+from datetime import datetime, tzinfo
 from typing import Any
 
 import orjson
@@ -21,6 +22,17 @@ from rest_framework.utils import encoders
 _ENCODER = encoders.JSONEncoder()
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME  # (OPT_NON_STR_KEYS would double the cost of every dict)
 _LONG_NUMBER = re.compile(rb"\d{19}")
+
+
+def drf_datetime(value: datetime | None, tz: tzinfo) -> str | None:
+    """What DRF's DateTimeField writes for `value` (ISO 8601 in the current time zone `tz`, UTC as
+    `Z`; None for None), without its lookup of the current time zone on every call (asgiref
+    locals: ~2 µs, ten times a lease). Hand-written representations take `tz` once per answer
+    (django.utils.timezone.get_current_timezone())."""
+    if not value:
+        return None
+    text = value.astimezone(tz).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class JSONRenderer(renderers.JSONRenderer):

@@ -61,3 +61,19 @@ def test_the_parser_refuses_what_the_stock_parser_refuses(body: bytes) -> None:
     with pytest.raises(ParseError) as stock:
         parsers.JSONParser().parse(io.BytesIO(body))
     assert str(ours.value.detail) == str(stock.value.detail)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_drf_datetime_writes_what_drfs_datetimefield_writes(zone: str) -> None:
+    import zoneinfo
+
+    from django.utils import timezone
+    from rest_framework import serializers
+
+    from pool.api.renderers import drf_datetime
+
+    values = [SAMPLES[0]["at"], SAMPLES[0]["whole"], SAMPLES[0]["offset"], None]
+    with timezone.override(zoneinfo.ZoneInfo(zone)):
+        tz = timezone.get_current_timezone()
+        assert [drf_datetime(v, tz) for v in values] == [serializers.DateTimeField().to_representation(v)
+                                                         for v in values]
