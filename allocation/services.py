@@ -169,6 +169,8 @@ def lease_create(*, user: AbstractBaseUser, pool: Pool | str, gpus: int, team: s
                   data={"request": request})
     if not _insert_lease(lease, event):
         # Another request with this Idempotency-Key was first (now or earlier): answer with it.
+        # (Without a key the only unique constraint left is the random primary key.)
+        assert idempotency_key, "a lease insert conflicted without an Idempotency-Key"
         replay = _replay(user, idempotency_key, fingerprint)
         if replay is None:  # it was deleted in between
             raise Conflict("this Idempotency-Key was used with a different request body",
