@@ -5,7 +5,7 @@ import django_filters
 
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, Quota
-from pool.api.filtersets import BooleanFilter, StrictFilterSet
+from pool.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
 
 
 class LeaseFilterSet(StrictFilterSet):
@@ -46,9 +46,9 @@ class AuditEventFilterSet(StrictFilterSet):
     lease = django_filters.UUIDFilter(field_name="lease_id", help_text="Events of this lease.")
     object_type = django_filters.CharFilter(field_name="object_type", help_text="lease, host, quota, pool…")
     object_id = django_filters.CharFilter(field_name="object_id", help_text="Id of the object acted on.")
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte",
+    since = IsoDateTimeFilter(field_name="at", lookup_expr="gte",
                                              help_text="At or after this time (ISO 8601).")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt",
+    until = IsoDateTimeFilter(field_name="at", lookup_expr="lt",
                                              help_text="Before this time (ISO 8601).")
 
     class Meta:

@@ -14,15 +14,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from allocation.choices import END_STATES, LeaseState
 from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
+from allocation.sql import Statement, execute_as_one, insert_sql, one_statement_writes, update_sql
 from inventory.bulk import bulk_insert_columns, bulk_update_fast
-from inventory.models import Gpu
-from inventory.services import gpu_refresh_states
+from inventory.models import Gpu, Host
+from inventory.services import gpu_refresh_states, gpu_state_sql
 from pool.errors import Conflict
 
 S = LeaseState
@@ -140,13 +141,26 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
 
     GPUs are freed at once unless a workload is bound or being bound (then the unbind task frees
     them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
-    the reaper frees them after the grace period). `announce=False`: the caller announces it."""
+    the reaper frees them after the grace period). `announce=False`: the caller announces it.
+    On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
+    freed links and GPUs) is one statement."""
     now = now or timezone.now()
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce)
-    if lease.granted_at is not None:
-        from allocation.ledger import ledger_close
+    from allocation.ledger import ledger_close, ledger_close_sql
 
+    if one_statement_writes():
+        if not hold:
+            lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
+        ctes = [("ended_lease", update_sql(lease)), ("end_event", insert_sql(event))]
+        if lease.granted_at is not None:
+            ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
+                                                    granted_at=lease.granted_at, ended_at=now)))
+        if not hold:
+            ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
+        execute_as_one(ctes)
+        return
+    if lease.granted_at is not None:
         ledger_close(team_id=lease.team_id, gpus=lease.gpu_count, granted_at=lease.granted_at,
                      ended_at=now)
     lease.save()
@@ -187,8 +201,30 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
     return kept
 
 
+def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> list[tuple[str, Statement]]:
+    """lease_free_gpus as CTEs: links deactivated, GPUs unleased with their state derived again
+    (the rule of inventory.services.gpu_derive_state, in SQL), `ending_since` cleared. The
+    CTE `freed_links` returns the GPU ids."""
+    ids = [Lease._meta.pk.get_db_prep_value(pk, connection) for pk in lease_ids]
+    links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
+    gpu_state = gpu_state_sql(gpu="g", host_state=f"(SELECT h.state FROM {hosts} AS h WHERE h.id = g.host_id)",
+                              leased="false")
+    ctes: list[tuple[str, Statement]] = [
+        ("freed_links", (f"UPDATE {links} SET active = false WHERE active AND lease_id = ANY(%s) RETURNING gpu_id",
+                         [ids])),
+        ("freed_gpus", (f"UPDATE {gpus} AS g SET leased = false, state = {gpu_state} "
+                        "WHERE g.id IN (SELECT gpu_id FROM freed_links)", [])),
+    ]
+    if clear_ending:
+        ctes.append(("cleared", (f"UPDATE {Lease._meta.db_table} SET ending_since = NULL WHERE id = ANY(%s)",
+                                 [ids])))
+    return ctes
+
+
 def lease_free_gpus(lease_ids: Sequence[Any]) -> int:
     """Deactivate the GPU links of ended leases and mark their GPUs free again."""
+    if one_statement_writes():
+        return int(execute_as_one(_free_gpus_ctes(lease_ids), ("SELECT count(*) FROM freed_links", []))[0][0])
     with transaction.atomic():
         gpu_ids = list(LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True)
                        .values_list("gpu_id", flat=True))

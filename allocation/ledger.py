@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Count
@@ -77,6 +78,32 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
             ledger.as_of = t
         for team_id in dict.fromkeys(team_id for team_id, *_ in ended):
             ledgers[team_id].save()
+
+
+def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> tuple[str, list[Any]]:
+    """`ledger_close` as one upsert statement (for a data-modifying CTE, see allocation.sql): the
+    same arithmetic, done by the database on the locked ledger row, with the half-life read in the
+    same statement. With t = max(ended_at, as_of):
+        closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
+    (the second term is 0 when end ≤ start). tests/allocation/test_one_statement_writes.py checks
+    that both give the same ledger."""
+    default_h = SchedulerSettings._meta.get_field("fair_share_half_life_hours").default
+    h = (f"((SELECT COALESCE(MAX(fair_share_half_life_hours), {float(default_h)!r}) "
+         f"FROM {SchedulerSettings._meta.db_table} WHERE id = 1) * 3600.0)")
+    k = gpus / LN2 if ended_at > granted_at else 0.0
+    start, end = granted_at.timestamp(), ended_at.timestamp()
+    t = "GREATEST(%s::timestamptz, l.as_of)"
+    epoch_t = f"EXTRACT(EPOCH FROM {t})::float8"
+    sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, closed_usage, as_of) "
+           f"SELECT %s, %s::float8 * {h} * (1 - power(2, -(%s::float8 - %s::float8) / {h})), %s::timestamptz "
+           f"ON CONFLICT (team_id) DO UPDATE SET "
+           f"closed_usage = l.closed_usage * power(2, -(EXTRACT(EPOCH FROM {t} - l.as_of))::float8 / {h}) "
+           f"+ %s::float8 * {h} * (power(2, -({epoch_t} - %s::float8) / {h}) "
+           f"- power(2, -({epoch_t} - %s::float8) / {h})), "
+           f"as_of = {t}")
+    params = [team_id, k, end, start, ended_at,
+              ended_at, k, ended_at, end, ended_at, start, ended_at]
+    return sql, params
 
 
 def rebuild_ledger(now: datetime) -> int:

@@ -2,24 +2,105 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from django.db.models import Count, Prefetch, QuerySet, Sum
+from django.db import connection
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.ledger import team_usage_views
-from allocation.models import AuditEvent, Lease, LeaseGpu, Quota, Team
+from allocation.models import AuditEvent, Lease, LeaseGpu, PriorityClass, Quota, Team
+from allocation.sql import compiled_values
 from pool.api.permissions import is_pool_admin
 
+LEASE_FIELDS = tuple(f.attname for f in Lease._meta.concrete_fields)
 
-def lease_list(*, user: Any) -> QuerySet[Lease]:
-    """Leases visible to `user`: their teams' leases, or all for a pool admin."""
-    qs = Lease.objects.select_related("team", "user", "pool", "priority_class", "host").prefetch_related(
-        Prefetch("gpu_links", queryset=LeaseGpu.objects.select_related("gpu")))
+
+def _of_member(leases: QuerySet[Lease], user_id: Any) -> QuerySet[Lease]:
+    # A semi-join on the user's memberships: one index probe, no join through the team.
+    return leases.filter(team_id__in=Team.members.through.objects.filter(user_id=user_id).values("team_id"))
+
+
+def lease_list(*, user: Any, related: bool = True) -> QuerySet[Lease]:
+    """Leases visible to `user`: their teams' leases, or all for a pool admin, newest first. With
+    `related`, what a page of them shows (team, user, pool, priority class, host, GPUs) is loaded
+    with them; without, the bare rows (for values() or a lock)."""
+    qs = Lease.objects.all()
+    if related:
+        qs = qs.select_related("team", "user", "pool", "priority_class", "host").prefetch_related(
+            Prefetch("gpu_links", queryset=LeaseGpu.objects.select_related("gpu")))
     if not is_pool_admin(user):
-        qs = qs.filter(team__members=user)
+        qs = _of_member(qs, user.pk)
     return qs.order_by("-created_at")
+
+
+def _lease_row_query(lease_id: Any, scope: int | None, lock: bool) -> QuerySet[Any]:
+    leases = Lease.objects.filter(pk=lease_id)
+    if scope is not None:
+        leases = _of_member(leases, scope)
+    if lock:
+        leases = leases.select_for_update()
+    return with_gpus(with_names(leases.values(*LEASE_FIELDS)))
+
+
+def as_lease_id(value: Any) -> uuid.UUID | None:
+    """A lease id from a URL or a client (a UUID in any spelling); None when it is not one."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def lease_row(lease_id: Any, *, visible_to: Any = None, lock: bool = False) -> dict[str, Any] | None:
+    """One lease as a values() row: every column (LEASE_FIELDS), the names of what it refers to
+    (with_names) and, on PostgreSQL, its GPU links (with_gpus). None when it does not exist, when
+    `lease_id` is no UUID or, with `visible_to`, when that user may not see it. With `lock`, its
+    row is locked FOR UPDATE (inside the caller's transaction). One query, compiled once per
+    process: it is the read of every lease request (see allocation.sql.compiled_values)."""
+    pk = as_lease_id(lease_id)
+    if pk is None:
+        return None
+    scope = None if visible_to is None or is_pool_admin(visible_to) else visible_to.pk
+    rows = compiled_values("lease_row", _lease_row_query, lease_id=pk, scope=scope, lock=lock)
+    return rows[0] if rows else None
+
+
+def with_names(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """Annotate each lease with the names of what it refers to: `team_name`, `user_name`,
+    `pool_name`, `priority_class_name`, `host_name` (None while it has no host). Correlated
+    subqueries rather than joins: PostgreSQL plans a five-way join in ~0.8 ms and these in ~0.1 ms,
+    on a read that itself takes ~0.05 ms."""
+    from django.contrib.auth import get_user_model
+
+    from inventory.models import Host, Pool
+
+    def name(model: Any, fk: str, attr: str = "name") -> Subquery:
+        # order_by(): a model's default ordering would sort (Host's even joins its source) a
+        # lookup by primary key.
+        return Subquery(model.objects.filter(pk=OuterRef(fk)).order_by().values(attr))
+
+    return queryset.annotate(team_name=name(Team, "team_id"),
+                             user_name=name(get_user_model(), "user_id", "username"),
+                             pool_name=name(Pool, "pool_id"),
+                             priority_class_name=name(PriorityClass, "priority_class_id"),
+                             host_name=name(Host, "host_id"))
+
+
+def with_gpus(queryset: QuerySet[Any]) -> QuerySet[Any]:
+    """On PostgreSQL, annotate each lease with its GPU links (UUIDs, and whether each is active,
+    in the order the API lists them), so rows render without a query of their own. Elsewhere
+    the queryset is returned unchanged and rendering reads the links in one extra query."""
+    if connection.vendor != "postgresql":
+        return queryset
+    from django.contrib.postgres.expressions import ArraySubquery
+
+    links = LeaseGpu.objects.filter(lease_id=OuterRef("pk")).order_by("gpu__host_id", "gpu__index", "pk")
+    return queryset.annotate(gpu_uuids=ArraySubquery(links.values("gpu__uuid")),
+                             gpu_active=ArraySubquery(links.values("active")))
 
 
 def team_list(*, user: Any) -> QuerySet[Team]:

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Max, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
-from allocation.leases import lease_end, lease_free_gpus, transition
-from allocation.models import Lease, PriorityClass, Quota, Team
+from allocation.leases import audit, lease_end, lease_free_gpus, transition
+from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
 from allocation.policy import matching
+from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
+from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass
 from inventory.choices import HostState
 from inventory.models import Pool
@@ -35,33 +38,64 @@ def actor_name(user: Any) -> str:
     return getattr(user, "username", "") or "anonymous"
 
 
-def _resolve_team(user: AbstractBaseUser, team_name: str | None) -> Team:
-    if team_name:
-        team = Team.objects.filter(name=team_name).first()
-        if team is None:
+@dataclass(frozen=True)
+class _Resolved:
+    """What a lease request names, resolved: enough to write and render the lease."""
+
+    pool: Pool
+    team: Team
+    priority_class: PriorityClass
+    quota_limit: int | None  # the team's limit in the pool; None: no quota row or no limit
+
+
+def _no_pool(name: str) -> DomainError:
+    # The message DRF's SlugRelatedField gave when the serializer looked the pool up.
+    return DomainError(f"pool: Object with name={name} does not exist.", code="invalid",
+                       details={"pool": [f"Object with name={name} does not exist."]})
+
+
+def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name: str) -> QuerySet[Any]:
+    members = Team.members.through.objects
+    teams = (Team.objects.filter(name=team_name) if team_name is not None
+             else Team.objects.filter(pk__in=members.filter(user_id=user_id).values("team_id")))
+    # order_by() in the subqueries: the models' default orderings would sort (Quota's even join)
+    # what are lookups of one row by a unique key.
+    quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name).order_by()
+    return teams.annotate(
+        is_member=Exists(members.filter(team_id=OuterRef("pk"), user_id=user_id)),
+        pool_pk=Subquery(Pool.objects.filter(name=pool_name).order_by().values("pk")[:1]),
+        pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).order_by().values("pk")[:1]),
+        quota_limit=Subquery(quota.values("limit")[:1]),
+    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit")[:2]
+
+
+def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
+    """Pool, team (named, or the user's only one), membership, priority class (named, or
+    `default`) and the team's quota in the pool, in one query (compiled once per process).
+    Errors may cost more queries."""
+    pool_name = pool if isinstance(pool, str) else pool.name
+    rows = compiled_values("lease_request", _resolve_query, user_id=user.pk, pool_name=pool_name,
+                           team_name=team_name or None, pc_name=pc_name or "default")
+    if not rows or rows[0]["pool_pk"] is None:
+        if not Pool.objects.filter(name=pool_name).exists():
+            raise _no_pool(pool_name)
+        if team_name:
             raise NotFound(f"team {team_name!r} does not exist", code="unknown_team")
-        if not user_is_pool_admin(user) and not team.members.filter(pk=user.pk).exists():
-            raise Forbidden(f"you are not a member of team {team_name!r}", code="not_a_member")
-        return team
-    teams = list(Team.objects.filter(members=user)[:2])
-    if not teams:
-        raise DomainError("you are in no team; ask an admin to add you, or name a team",
-                          code="no_team")
-    if len(teams) > 1:
+        raise DomainError("you are in no team; ask an admin to add you, or name a team", code="no_team")
+    if len(rows) > 1:
         raise DomainError("you are in several teams: say which one with 'team'", code="team_required")
-    return teams[0]
-
-
-def _resolve_priority(name: str | None) -> PriorityClass:
-    if name:
-        pc = PriorityClass.objects.filter(name=name).first()
-        if pc is None:
-            raise NotFound(f"priority class {name!r} does not exist", code="unknown_priority_class")
-        return pc
-    pc = PriorityClass.objects.filter(name="default").first()
-    if pc is None:
+    row = rows[0]
+    if team_name and not row["is_member"] and not user_is_pool_admin(user):
+        raise Forbidden(f"you are not a member of team {team_name!r}", code="not_a_member")
+    if row["pc_pk"] is not None:
+        pc = PriorityClass(pk=row["pc_pk"], name=pc_name or "default")
+    elif pc_name:
+        raise NotFound(f"priority class {pc_name!r} does not exist", code="unknown_priority_class")
+    else:
         pc, _ = PriorityClass.objects.get_or_create(name="default", defaults={"value": 0})
-    return pc
+    pool_obj = Pool(pk=row["pool_pk"], name=pool_name) if isinstance(pool, str) else pool
+    return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"]), priority_class=pc,
+                     quota_limit=row["quota_limit"])
 
 
 def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
@@ -71,10 +105,10 @@ def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
 
 
 def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
-                       quota: Quota | None, team: Team) -> None:
+                       limit: int | None, team: Team) -> None:
     """Refuse at once what no capacity of the pool could ever satisfy (or the team's limit)."""
-    if quota is not None and quota.limit is not None and gpus > quota.limit:
-        raise DomainError(f"team {team.name} may hold at most {quota.limit} GPUs in pool "
+    if limit is not None and gpus > limit:
+        raise DomainError(f"team {team.name} may hold at most {limit} GPUs in pool "
                           f"{pool.name}; asked for {gpus}", code="over_limit")
     matching_kinds = [(most, total) for m, mig, memory, most, total in pool_capacity_profile(pool.pk)
                       if _model_matches(m, mig, model) and (not min_memory_mb or memory >= min_memory_mb)]
@@ -91,67 +125,109 @@ def _fingerprint(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def lease_create(*, user: AbstractBaseUser, pool: Pool, gpus: int, team: str | None = None,
+def lease_create(*, user: AbstractBaseUser, pool: Pool | str, gpus: int, team: str | None = None,
                  priority_class: str | None = None, model: str = "", min_memory_mb: int = 0,
                  min_driver_version: str = "", min_cuda_version: str = "",
                  ttl_seconds: int | None = None, same_host: bool = True,
                  requeue_on_loss: bool = False, binding: dict[str, Any] | None = None,
                  idempotency_key: str = "") -> tuple[Lease, bool]:
-    """Create a pending lease; returns (lease, created). A repeated Idempotency-Key with the same
-    body returns the first lease (created=False); with a different body it is a Conflict."""
-    request = {"pool": pool.name, "gpus": gpus, "team": team, "priority_class": priority_class,
+    """Create a pending lease; returns (lease, created). `pool` is a Pool or its name (an
+    unknown name is an `invalid` error on the field `pool`). A repeated Idempotency-Key with the
+    same body returns the first lease (created=False); with a different body it is a Conflict.
+
+    The new lease comes back with its team, user, pool and priority class set (names only), so
+    it renders without a query. On PostgreSQL the whole request costs two queries: one resolves
+    what it names, one writes the lease and its audit event (the unique constraint on
+    (user, Idempotency-Key) decides a replay, not a prior read)."""
+    pool_name = pool if isinstance(pool, str) else pool.name
+    request = {"pool": pool_name, "gpus": gpus, "team": team, "priority_class": priority_class,
                "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
                "same_host": same_host, "binding": binding, "requeue_on_loss": requeue_on_loss,
                "min_driver_version": min_driver_version, "min_cuda_version": min_cuda_version}
     fingerprint = _fingerprint(request)
-    if idempotency_key:
-        existing = Lease.objects.filter(user=user, idempotency_key=idempotency_key).first()
-        if existing is not None:
-            if existing.request_fingerprint != fingerprint:
-                raise Conflict("this Idempotency-Key was used with a different request body",
-                               code="idempotency_key_reused")
-            return existing, False
-    team_obj = _resolve_team(user, team)
-    pc = _resolve_priority(priority_class)
-    quota = Quota.objects.filter(team=team_obj, pool=pool).first()
-    _check_satisfiable(pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
-                       same_host=same_host, quota=quota, team=team_obj)
+    try:
+        resolved = _resolve(user, pool, team, priority_class)
+        _check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
+                           same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
+    except DomainError:
+        # A replay answers with the first lease even if the request would be refused today.
+        if idempotency_key:
+            replay = _replay(user, idempotency_key, fingerprint)
+            if replay is not None:
+                return replay, False
+        raise
     ttl = ttl_seconds or settings.GPUPOOL["DEFAULT_TTL_S"]
-    lease = Lease(team=team_obj, user=user, pool=pool, priority_class=pc, gpu_count=gpus,
-                  model=model, min_memory_mb=min_memory_mb, min_driver_version=min_driver_version,
-                  min_cuda_version=min_cuda_version, same_host=same_host,
-                  requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
+    lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
+                  gpu_count=gpus, model=model, min_memory_mb=min_memory_mb,
+                  min_driver_version=min_driver_version, min_cuda_version=min_cuda_version,
+                  same_host=same_host, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
                   request_fingerprint=fingerprint, reason="waiting for the next scheduling pass")
-    try:
-        with transaction.atomic():
-            lease.save()
-            from allocation.leases import audit
-
-            audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
-                  message=f"{gpus} GPU(s) in pool {pool.name} for team {team_obj.name}",
-                  data={"request": request}).save()
-            announce_lease(lease)
-    except IntegrityError:
-        # Two requests raced with one Idempotency-Key: the other one won; answer with it.
-        existing = Lease.objects.filter(user=user, idempotency_key=idempotency_key).first()
-        if existing is None or existing.request_fingerprint != fingerprint:
+    event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
+                  message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}",
+                  data={"request": request})
+    if not _insert_lease(lease, event):
+        # Another request with this Idempotency-Key was first (now or earlier): answer with it.
+        # (Without a key the only unique constraint left is the random primary key.)
+        assert idempotency_key, "a lease insert conflicted without an Idempotency-Key"
+        replay = _replay(user, idempotency_key, fingerprint)
+        if replay is None:  # it was deleted in between
             raise Conflict("this Idempotency-Key was used with a different request body",
-                           code="idempotency_key_reused") from None
-        return existing, False
-    transaction.on_commit(lambda: request_pass(pool.pk))
+                           code="idempotency_key_reused")
+        return replay, False
+    announce_lease(lease)
+    transaction.on_commit(lambda: request_pass(resolved.pool.pk))
     return lease, True
 
 
-def _locked(lease: Lease) -> Lease:
-    return Lease.objects.select_for_update(of=("self",)).select_related("priority_class").get(pk=lease.pk)
+def _insert_lease(lease: Lease, event: Any) -> bool:
+    """Write the lease and its audit event, atomically. False when the (user, Idempotency-Key)
+    pair already has a lease: nothing is written then."""
+    if one_statement_writes():
+        rows = execute_as_one([("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
+                               ("event", insert_sql(event, source="new_lease"))],
+                              ("SELECT id FROM new_lease", []))
+        return bool(rows)
+    try:
+        with transaction.atomic():
+            lease.save(force_insert=True)
+            event.save()
+    except IntegrityError:
+        return False
+    return True
 
 
-def lease_release(*, lease: Lease, actor: str, reason: str = "") -> Lease:
-    """End a lease by its owner. Idempotent: releasing an ended lease returns it unchanged."""
+def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
+    """The lease this user made with Idempotency-Key `key`, if any; Conflict when it was made
+    from another request body."""
+    existing = with_gpus(with_names(Lease.objects.filter(user=user, idempotency_key=key))).first()
+    if existing is not None and existing.request_fingerprint != fingerprint:
+        raise Conflict("this Idempotency-Key was used with a different request body",
+                       code="idempotency_key_reused")
+    return existing
+
+
+def _locked(lease: Lease | Any, visible_to: Any = None) -> Lease:
+    """The lease (an instance or its id), its row locked, with what renders it (selectors.lease_row:
+    names, and GPUs on PostgreSQL), in one query. With `visible_to`, only a lease that user may
+    see: another team's is NotFound, like a missing one."""
+    row = lease_row(lease.pk if isinstance(lease, Lease) else lease, visible_to=visible_to, lock=True)
+    if row is None:
+        raise NotFound("Not found.", code="not_found")
+    locked = Lease.from_db(connection.alias, LEASE_FIELDS, [row[name] for name in LEASE_FIELDS])
+    for name in row.keys() - set(LEASE_FIELDS):  # the names and GPU links, for rendering
+        setattr(locked, name, row[name])
+    return locked
+
+
+def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_to: Any = None) -> Lease:
+    """End a lease by its owner. Idempotent: releasing an ended lease returns it unchanged.
+    `lease` is an instance or an id; with `visible_to`, a lease that user may not see is
+    NotFound. The lease comes back as ended, ready to render (see `_locked`). On PostgreSQL:
+    BEGIN, one locked read, one write (lease_end), COMMIT."""
     with transaction.atomic():
-        lease = _locked(lease)
+        lease = _locked(lease, visible_to)
         if lease.state in END_STATES:
             return lease
         if lease.state == S.PENDING:
@@ -166,10 +242,12 @@ def lease_release(*, lease: Lease, actor: str, reason: str = "") -> Lease:
     return lease
 
 
-def lease_renew(*, lease: Lease, actor: str, ttl_seconds: int | None = None) -> Lease:
-    """Push `expires_at` to now + TTL (the heartbeat of a granted or bound lease)."""
+def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = None,
+                visible_to: Any = None) -> Lease:
+    """Push `expires_at` to now + TTL (the heartbeat of a granted or bound lease). `lease` and
+    `visible_to` as for lease_release; the lease comes back ready to render."""
     with transaction.atomic():
-        lease = _locked(lease)
+        lease = _locked(lease, visible_to)
         if lease.state not in HOLDING_STATES and lease.state != S.PENDING:
             raise Conflict(f"a {lease.state} lease cannot be renewed", code="not_renewable")
         ttl = min(ttl_seconds or lease.ttl_seconds, settings.GPUPOOL["MAX_TTL_S"])
@@ -178,8 +256,6 @@ def lease_renew(*, lease: Lease, actor: str, ttl_seconds: int | None = None) -> 
         if lease.state in HOLDING_STATES:
             lease.expires_at = timezone.now() + timedelta(seconds=ttl)
         lease.save(update_fields=["ttl_seconds", "expires_at"])
-        from allocation.leases import audit
-
         audit(actor=actor, action="lease.renewed", obj=lease, lease=lease,
               message=f"expires at {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC" if lease.expires_at
               else "TTL updated").save()
@@ -248,6 +324,9 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
                            reason=f"requeued after loss of {host}").save()
                 lease.binding_status = {}
                 lease.save()
+                # The GPUs it held are in the audit trail; their links would stop the same GPU
+                # being granted to it again when its host comes back (lease_gpu_unique).
+                LeaseGpu.objects.filter(lease_id=lease.pk, active=False).delete()
                 requeued += 1
     return lost, requeued
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from inventory.bulk import bulk_update_fast
@@ -27,6 +27,26 @@ def gpu_derive_state(*, host_state: str, gone: bool, leased: bool, health: str, 
     if host_state in (HostState.CORDONED, HostState.DRAINING):
         return GpuState.CORDONED
     return GpuState.FREE
+
+
+def gpu_state_sql(*, gpu: str, host_state: str, leased: str | None = None) -> str:
+    """`gpu_derive_state` as a SQL expression, for set-based writes: `gpu` is the alias of an
+    inventory_gpu row, `host_state` an expression for its host's state, `leased` an expression
+    to use instead of the row's own flag (e.g. "false" in an UPDATE that clears it). The same rule,
+    clause for clause; tests/allocation/test_one_statement_writes.py checks every combination."""
+    def col(name: str) -> str:
+        return f"{gpu}.{connection.ops.quote_name(Gpu._meta.get_field(name).column)}"
+
+    def lit(value: str) -> str:
+        assert "'" not in value  # choice values are identifiers
+        return f"'{value}'"
+
+    return (f"CASE WHEN {col('gone')} OR {host_state} = {lit(HostState.OFFLINE)} THEN {lit(GpuState.OFFLINE)} "
+            f"WHEN {leased or col('leased')} THEN {lit(GpuState.LEASED)} "
+            f"WHEN {col('health')} = {lit(Health.UNHEALTHY)} THEN {lit(GpuState.UNHEALTHY)} "
+            f"WHEN {col('foreign')} THEN {lit(GpuState.FOREIGN)} "
+            f"WHEN {host_state} IN ({lit(HostState.CORDONED)}, {lit(HostState.DRAINING)}) "
+            f"THEN {lit(GpuState.CORDONED)} ELSE {lit(GpuState.FREE)} END")
 
 
 def gpu_refresh_states(gpus: QuerySet[Gpu]) -> int:

@@ -107,7 +107,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "pool.cache.RedisCache",  # Django's, keeping one client per pool
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool"}}
 else:
     # kombu's filesystem transport: a real broker between real processes, needing no server.
@@ -161,16 +161,24 @@ GPUPOOL = {
     "SAMPLE_INTERVAL_S": env_int("GPUPOOL_SAMPLE_INTERVAL_S", 60),
     "TELEMETRY_HISTORY": env_int("GPUPOOL_TELEMETRY_HISTORY", 240),
     "POLICY": env_str("GPUPOOL_POLICY", "fair"),
+    # Hot lease statements as server-side prepared statements (allocation/sql.py); set 0 behind a
+    # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.
+    "PREPARED_STATEMENTS": env_bool("GPUPOOL_DB_PREPARE", True),
 }
 
 # --- API ----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "pool.api.auth.CachedTokenAuthentication",  # token → user cached for 5 s per process
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # orjson in and out (pool/api/renderers.py). The browsable API stays: content negotiation
+    # picks it only for browsers (Accept: text/html), so API clients never pay for it.
+    "DEFAULT_RENDERER_CLASSES": ["pool.api.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["pool.api.renderers.JSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_PAGINATION_CLASS": "pool.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -37,6 +37,15 @@ def _no_event_passes(settings: Any) -> None:
     settings.GPUPOOL = {**settings.GPUPOOL, "AUTOSCHEDULE": False}
 
 
+@pytest.fixture(autouse=True)
+def _no_lease_rate_limit(settings: Any) -> None:
+    """The per-user lease throttle counts in the cache, which outlives a test, and on SQLite user
+    ids repeat from test to test: every test's requests would add up for "alice" (600/min is
+    reached within one run). tests/api/test_lease_create_throttle.py sets its own rate."""
+    rates = {**settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], "lease_create": "1000000/min"}
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+
+
 @pytest.fixture
 def make_user(db: Any) -> Any:
     from django.contrib.auth import get_user_model

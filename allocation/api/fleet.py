@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Sum
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework.decorators import action
@@ -15,6 +16,7 @@ from rest_framework.response import Response
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu
 from allocation.services_admin import capacity_move, host_admin_action
+from allocation.sql import execute
 from inventory.api import views as inventory_views
 from inventory.api.serializers import GpuMoveSerializer, GpuSerializer, HostSerializer
 from inventory.models import Gpu, Pool
@@ -64,20 +66,25 @@ class HostViewSet(inventory_views.HostViewSet):
 class GpuViewSet(inventory_views.GpuViewSet):
     _gpu_leases: dict[int, str]
 
-    def _holders(self, gpus: Iterable[Gpu]) -> dict[int, str]:
+    def holders(self, gpu_ids: list[int]) -> dict[int, str]:
         """Which lease holds each GPU: one query for the whole page."""
+        if not gpu_ids:
+            return {}
+        if connection.vendor == "postgresql":  # one array parameter: a fixed, prepared statement
+            with connection.cursor() as cur:
+                execute(cur, f"SELECT gpu_id, lease_id FROM {LeaseGpu._meta.db_table} "
+                             "WHERE active AND gpu_id = ANY(%s)", [gpu_ids])
+                return {gid: str(lid) for gid, lid in cur.fetchall()}
         return {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(
-            active=True, gpu_id__in=[g.pk for g in gpus]).values_list("gpu_id", "lease_id")}
+            active=True, gpu_id__in=gpu_ids).values_list("gpu_id", "lease_id")}
+
+    def _holders(self, gpus: Iterable[Gpu]) -> dict[int, str]:
+        return self.holders([g.pk for g in gpus])
 
     def get_serializer_context(self) -> dict[str, Any]:
         ctx = super().get_serializer_context()
         ctx["gpu_leases"] = getattr(self, "_gpu_leases", {})
         return ctx
-
-    def paginate_queryset(self, queryset):  # type: ignore[no-untyped-def]
-        page = super().paginate_queryset(queryset)
-        self._gpu_leases = self._holders(page if page is not None else queryset)
-        return page
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         gpu = self.get_object()

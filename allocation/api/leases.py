@@ -9,11 +9,13 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import UserRateThrottle
 
+from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
     LeaseCreateSerializer,
@@ -43,7 +45,10 @@ class LeaseCreateThrottle(UserRateThrottle):
     retrieve=extend_schema(summary="Read a lease", description="Another team's lease is a 404."),
 )
 class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
-    """Leases of the caller's teams (pool admins see all). Another team's lease is a 404."""
+    """Leases of the caller's teams (pool admins see all). Another team's lease is a 404.
+
+    Answers are rendered by allocation.api.lease_json (LeaseSerializer's output without its
+    per-field cost; LeaseSerializer stays the documented schema)."""
 
     serializer_class = LeaseSerializer
     filterset_class = LeaseFilterSet
@@ -51,16 +56,21 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     def get_queryset(self):  # type: ignore[no-untyped-def]
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return Lease.objects.none()
-        leases = lease_list(user=self.request.user)
-        # Actions re-read the lease for their answer (_out): the GPU prefetch would be wasted here.
-        return leases.prefetch_related(None) if self.action in ("renew", "release", "events") else leases
+        return lease_list(user=self.request.user, related=self.action not in ("list", "events"))
 
     def get_throttles(self):  # type: ignore[no-untyped-def]
         return [LeaseCreateThrottle()] if self.action == "create" else super().get_throttles()
 
-    def _out(self, lease: Lease, code: int = status.HTTP_200_OK) -> Response:
-        return Response(LeaseSerializer(lease_list(user=self.request.user).get(pk=lease.pk)).data,
-                        status=code)
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        rows = lease_rows(self.filter_queryset(self.get_queryset()))
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(render_rows(page if page is not None else list(rows)))
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        found = lease_dicts([kwargs["pk"]], visible_to=request.user)
+        if not found:
+            raise NotFound()
+        return Response(found[0])
 
     @extend_schema(summary="Request GPUs", request=LeaseCreateSerializer,
                    responses={201: LeaseSerializer, 200: LeaseSerializer},
@@ -74,29 +84,29 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         body.is_valid(raise_exception=True)
         key = request.headers.get("Idempotency-Key", "")[:255]
         lease, created = lease_create(user=request.user, idempotency_key=key, **body.validated_data)
-        return self._out(lease, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        if created:  # a new lease holds no GPUs yet: nothing to read back
+            return Response(lease_dict(lease, gpus=[]), status=status.HTTP_201_CREATED)
+        return Response(lease_dict(lease), status=status.HTTP_200_OK)
 
     @extend_schema(summary="Renew a lease", request=RenewSerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def renew(self, request: Request, pk: str | None = None) -> Response:
         """Push the lease's expiry to now + TTL (a heartbeat). 409 for an ended lease."""
-        lease = self.get_object()
         body = RenewSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
-        lease = lease_renew(lease=lease, actor=request.user.username,
+        lease = lease_renew(lease=pk, actor=request.user.username, visible_to=request.user,
                             ttl_seconds=body.validated_data["ttl_seconds"])
-        return self._out(lease)
+        return Response(lease_dict(lease))
 
     @extend_schema(summary="Release a lease", request=ReleaseSerializer, responses=LeaseSerializer)
     @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str | None = None) -> Response:
         """End the lease (or cancel it while pending). Releasing twice is harmless."""
-        lease = self.get_object()
         body = ReleaseSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
-        lease = lease_release(lease=lease, actor=request.user.username,
+        lease = lease_release(lease=pk, actor=request.user.username, visible_to=request.user,
                               reason=body.validated_data["reason"])
-        return self._out(lease)
+        return Response(lease_dict(lease))
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -59,6 +60,9 @@ GPU_COLUMNS = ("uuid", "index", "host_id", "pool_id", "parent_id", "model", "mem
                "power_w", "telemetry_at", "host__name", "pool__name", "parent__uuid")
 
 
+GPU_ROW_FIELDS = ("id", *GPU_COLUMNS)
+
+
 class GpuViewSet(ReadOnlyViewSet):
     """GPUs and MIG slices with state and latest telemetry."""
 
@@ -73,3 +77,18 @@ class GpuViewSet(ReadOnlyViewSet):
         # Only the columns the representation reads: hosts carry JSON labels and taints that would
         # otherwise be decoded 100 times a page.
         return gpu_list().order_by("host_id", "parent_id", "index", "uuid").only(*GPU_COLUMNS)
+
+    def holders(self, gpu_ids: list[int]) -> dict[int, str]:
+        """Which lease holds each of these GPUs; allocation's subclass knows (inventory does not)."""
+        return {}
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """A page rendered from values() rows (GpuSerializer.row_representation): model instances
+        of each GPU with its host, pool and parent cost ~30 µs a row."""
+        rows = self.filter_queryset(self.get_queryset()).values(*GPU_ROW_FIELDS)
+        page = self.paginate_queryset(rows)
+        rows = list(page if page is not None else rows)
+        holders = self.holders([row["id"] for row in rows])
+        tz = timezone.get_current_timezone()
+        data = [GpuSerializer.row_representation(row, holders.get(row["id"]), tz) for row in rows]
+        return self.get_paginated_response(data) if page is not None else Response(data)

@@ -6,6 +6,7 @@ is present must carry a valid value, or the answer is a 400 naming it."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import django_filters
@@ -34,6 +35,25 @@ class StrictBooleanField(forms.NullBooleanField):
 
 class BooleanFilter(django_filters.BooleanFilter):
     field_class = StrictBooleanField
+
+
+class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """ISO 8601, given to the database in UTC. Python takes UTC offsets up to ±23:59, PostgreSQL
+    only up to ±15:59 (a 503 for `?since=…+16:20`), and a time near year 1 or 9999 may not exist
+    in UTC at all: such a value is a 400 naming the parameter."""
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError("a time that exists in UTC", code="invalid") from None
+
+
+class IsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
 
 
 class IntegerFilter(django_filters.NumberFilter):

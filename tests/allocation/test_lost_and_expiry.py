@@ -67,3 +67,20 @@ def test_the_fair_share_ledger_counts_ended_leases_and_can_be_rebuilt_from_lease
     assert rebuild_ledger(timezone.now()) == 1
     rebuilt = team_usage_views(timezone.now())["vision"].decayed_usage
     assert rebuilt == pytest.approx(usage, rel=1e-3)
+
+
+def test_a_requeued_lease_may_be_granted_the_same_gpus_again_when_its_host_returns(alice, settings) -> None:  # type: ignore[no-untyped-def]
+    lease = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 2, "requeue_on_loss": True},
+                       format="json").json()
+    run_pass()
+    first = Lease.objects.get(pk=lease["id"])
+    first_gpus = set(first.gpu_links.values_list("gpu_id", flat=True))
+    _offline(first.host.name, timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"] + 1))
+    leases_reap()
+    # Every other GPU of the pool is taken meanwhile; the lost host comes back.
+    Gpu.objects.filter(pool__name="training").exclude(pk__in=first_gpus).update(health="unhealthy")
+    Host.objects.filter(name=first.host.name).update(state="ready", offline_since=None)
+    run_pass()
+    again = Lease.objects.get(pk=lease["id"])
+    assert again.state == "granted"
+    assert set(again.gpu_links.filter(active=True).values_list("gpu_id", flat=True)) == first_gpus

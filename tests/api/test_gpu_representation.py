@@ -30,3 +30,34 @@ def test_the_fast_gpu_representation_equals_drfs(world: Any) -> None:
     assert any(g.parent_id for g in gpus) and any(g.pk in leases for g in gpus)
     for gpu in gpus:
         assert serializer.to_representation(gpu) == serializer.generic_representation(gpu), gpu.uuid
+
+
+def test_the_row_representation_of_a_gpu_page_equals_drfs(world: Any) -> None:
+    from inventory.api.views import GPU_ROW_FIELDS
+
+    test_the_fast_gpu_representation_equals_drfs(world)  # a MIG slice, telemetry and leased GPUs
+    from allocation.models import LeaseGpu
+
+    leases = {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(active=True).values_list("gpu_id", "lease_id")}
+    serializer = GpuSerializer(context={"gpu_leases": leases})
+    gpus = {g.pk: g for g in Gpu.objects.select_related("host", "pool", "parent")}
+    for row in Gpu.objects.values(*GPU_ROW_FIELDS):
+        expected = serializer.generic_representation(gpus[row["id"]])
+        assert GpuSerializer.row_representation(row, leases.get(row["id"])) == expected, row["uuid"]
+
+
+def test_the_gpu_list_answers_with_drfs_representation(world: Any, api: Any) -> None:
+    test_the_fast_gpu_representation_equals_drfs(world)
+    from allocation.models import LeaseGpu
+
+    leases = {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(active=True).values_list("gpu_id", "lease_id")}
+    serializer = GpuSerializer(context={"gpu_leases": leases})
+    listed = api(world.member).get("/api/v1/gpus/?limit=1000").json()["results"]
+    gpus = {g.uuid: g for g in Gpu.objects.select_related("host", "pool", "parent")}
+    assert len(listed) == len(gpus) and any(item["lease"] for item in listed)
+    import json
+
+    from rest_framework.renderers import JSONRenderer
+
+    for item in listed:
+        assert item == json.loads(JSONRenderer().render(serializer.generic_representation(gpus[item["uuid"]])))

@@ -1,0 +1,127 @@
+"""The one-statement writes of PostgreSQL (allocation.sql) leave the database exactly as the
+statement-by-statement path does: ending a lease (released, held by a workload, preempted with
+notice), freeing GPUs, closing the fair-share ledger, deriving GPU states."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from allocation.choices import LeaseState
+from allocation.engine import run_pass
+from allocation.leases import lease_end, lease_free_gpus
+from allocation.ledger import ledger_close, ledger_close_sql
+from allocation.models import AuditEvent, Lease, LeaseGpu, Team, UsageLedger
+from allocation.services import lease_create
+from inventory.choices import Health, HostState
+from inventory.models import Gpu
+from inventory.services import gpu_derive_state, gpu_state_sql
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+def test_the_sql_gpu_state_rule_is_gpu_derive_state_for_every_combination() -> None:
+    combos = list(itertools.product([*HostState.values, None], [False, True], [False, True],
+                                    Health.values, [False, True]))
+    rows = ", ".join("(%s, %s, %s, %s, %s)" for _ in combos)
+    expr = gpu_state_sql(gpu="g", host_state="g.host_state")
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT {expr} FROM (VALUES {rows}) AS g(host_state, gone, leased, health, "foreign")',
+                    [v for combo in combos for v in combo])
+        got = [r[0] for r in cur.fetchall()]
+    want = [gpu_derive_state(host_state=h, gone=g, leased=le, health=he, foreign=f) for h, g, le, he, f in combos]
+    assert got == want
+
+
+@pytest.mark.parametrize("as_of_shift_s, duration_s", [(None, 3600), (-7200, 3600), (600, 3600), (-60, 0)])
+def test_ledger_close_in_sql_equals_ledger_close(as_of_shift_s: int | None, duration_s: int) -> None:
+    now = timezone.now()
+    python_team, sql_team = Team.objects.create(name="py"), Team.objects.create(name="sq")
+    if as_of_shift_s is not None:  # an existing ledger row, as of before or after the lease ended
+        for team in (python_team, sql_team):
+            UsageLedger.objects.create(team=team, closed_usage=12345.0, as_of=now + timedelta(seconds=as_of_shift_s))
+    granted = now - timedelta(seconds=duration_s)
+    ledger_close(team_id=python_team.pk, gpus=4, granted_at=granted, ended_at=now)
+    sql, params = ledger_close_sql(team_id=sql_team.pk, gpus=4, granted_at=granted, ended_at=now)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+    python_row, sql_row = (UsageLedger.objects.get(team=t) for t in (python_team, sql_team))
+    assert sql_row.closed_usage == pytest.approx(python_row.closed_usage, rel=1e-9, abs=1e-9)
+    assert sql_row.as_of == python_row.as_of
+
+
+def _snapshot(lease_id: Any) -> dict[str, Any]:
+    lease = Lease.objects.get(pk=lease_id)
+    gpus = Gpu.objects.filter(lease_links__lease_id=lease_id).order_by("pk")
+    return {
+        "lease": {f.attname: getattr(lease, f.attname) for f in Lease._meta.concrete_fields
+                  if f.attname not in ("id", "created_at", "granted_at", "expires_at", "ended_at",
+                                       "ending_since", "idempotency_key", "request_fingerprint")},
+        "ending": lease.ending_since is not None, "ended": lease.ended_at is not None,
+        "links": list(LeaseGpu.objects.filter(lease_id=lease_id).order_by("gpu_id").values_list("active", flat=True)),
+        "gpus": list(gpus.values_list("state", "leased")),
+        "events": list(AuditEvent.objects.filter(lease_id=lease_id).order_by("id").values_list("action", flat=True)),
+        "last_event": AuditEvent.objects.filter(lease_id=lease_id).order_by("id").values(
+            "actor", "message", "data", "object_type").last(),
+    }
+
+
+def _end_a_granted_lease(user: Any, how: str) -> dict[str, Any]:
+    lease = lease_create(user=user, pool="training", gpus=2, ttl_seconds=600)[0]
+    run_pass()
+    lease = Lease.objects.get(pk=lease.pk)
+    assert lease.state == LeaseState.GRANTED
+    if how == "bound":
+        Lease.objects.filter(pk=lease.pk).update(state=LeaseState.BOUND, binding_status={"handle": "h-1"})
+        lease = Lease.objects.get(pk=lease.pk)
+    target = LeaseState.PREEMPTED if how == "notice" else LeaseState.RELEASED
+    lease_end(lease, target, actor="tester", reason=f"ended: {how}", keep_gpus=True if how == "notice" else None)
+    snapshot = _snapshot(lease.pk)
+    if how != "released":  # the workload stopped / the notice ran out
+        lease_free_gpus([lease.pk])
+        snapshot["after_free"] = _snapshot(lease.pk)
+    snapshot["ledger"] = UsageLedger.objects.get(team=lease.team).closed_usage > 0
+    Lease.objects.filter(pk=lease.pk).delete()
+    UsageLedger.objects.all().delete()
+    return snapshot
+
+
+@pytest.mark.parametrize("how", ["released", "bound", "notice"])
+def test_ending_a_lease_in_one_statement_writes_what_the_step_by_step_path_writes(
+        demo_fleet: Any, make_user: Any, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    alice = make_user("alice", teams=("vision",))
+    one_statement = _end_a_granted_lease(alice, how)
+    monkeypatch.setattr("allocation.leases.one_statement_writes", lambda: False)
+    step_by_step = _end_a_granted_lease(alice, how)
+    assert one_statement == step_by_step
+    held = how != "released"
+    assert one_statement["ending"] is held and all(one_statement["links"]) is held
+    assert one_statement["ledger"]
+
+
+def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(settings: Any) -> None:
+    from django.db import transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from allocation.sql import execute
+
+    sql = "SELECT 10 / %s::int, %s::text"
+
+    def run(divisor: int) -> tuple[Any, str]:
+        with CaptureQueriesContext(connection) as ctx, connection.cursor() as cur:
+            execute(cur, sql, [divisor, "x"])
+            return cur.fetchone(), ctx.captured_queries[-1]["sql"]
+
+    with pytest.raises(Exception, match="division by zero"), transaction.atomic():
+        run(0)  # PREPARE and a failing EXECUTE: the statement exists, its first run failed
+    first, first_sql = run(5)
+    second, second_sql = run(2)
+    assert (first, second) == ((2, "x"), (5, "x"))
+    assert second_sql.startswith("EXECUTE gpupool_") and "PREPARE" not in first_sql + second_sql
+    settings.GPUPOOL = {**settings.GPUPOOL, "PREPARED_STATEMENTS": False}
+    assert run(1) == ((10, "x"), "SELECT 10 / 1::int, 'x'::text")
