@@ -42,7 +42,14 @@ class LeaseCreateThrottle(UserRateThrottle):
 
 @extend_schema_view(
     list=extend_schema(summary="List leases", description="Leases of your teams, newest first (admins: all)."),
-    retrieve=extend_schema(summary="Read a lease", description="Another team's lease is a 404."),
+    retrieve=extend_schema(
+        summary="Read a lease (or wait for it to change)",
+        description="Another team's lease is a 404. With `wait`, a long poll: the answer comes as soon as "
+                    "the lease's state differs from `state` (default: its state when the call arrives), or "
+                    "after `wait` seconds (at most 60) with the lease unchanged. Served without holding a "
+                    "request thread by the ASGI front (pool.asgi).",
+        parameters=[OpenApiParameter("wait", float, description="Seconds to wait for a change (0-60)."),
+                    OpenApiParameter("state", str, description="The state you last saw; answer once it differs.")]),
 )
 class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     """Leases of the caller's teams (pool admins see all). Another team's lease is a 404.
@@ -107,6 +114,25 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         lease = lease_release(lease=pk, actor=request.user.username, visible_to=request.user,
                               reason=body.validated_data["reason"])
         return Response(lease_dict(lease))
+
+    @extend_schema(
+        summary="Stream lease changes (Server-Sent Events)", request=None, filters=False,
+        responses={(200, "text/event-stream"): {"type": "string"}},
+        description="One event per change of a lease of your teams (`team`, `pool` narrow it): `id:` the "
+                    "event id, `event: lease`, `data:` the lease JSON. It opens with a `bookmark` event "
+                    "carrying the current position. Resume with `since` or the `Last-Event-ID` header; a "
+                    "resume point no longer kept is a 410 `event_id_expired` (list, then watch again).",
+        parameters=[OpenApiParameter("team", str), OpenApiParameter("pool", str),
+                    OpenApiParameter("since", str, description="Resume after this event id."),
+                    OpenApiParameter("timeout", float, description="End the stream after this many seconds "
+                                                                   "(default 1800).")])
+    @action(detail=False, methods=["get"], url_path="events", url_name="watch", pagination_class=None,
+            filterset_class=None)
+    def watch(self, request: Request) -> Response:
+        """Served by the ASGI front (pool.asgi), which answers before Django is reached; a WSGI-only
+        deployment has no event stream and says so."""
+        return Response({"code": "not_available", "message": "the lease event stream is served by the "
+                         "ASGI application (pool.asgi:application); this server runs without it"}, status=501)
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)

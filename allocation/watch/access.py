@@ -82,15 +82,13 @@ def _cookies(raw: str) -> dict[str, str]:
 
 
 def leases_json(viewer: Viewer, lease_ids: list[str]) -> dict[str, str]:
-    """The API's JSON of each visible lease among `lease_ids`, by id (one read for the batch)."""
-    from rest_framework.utils.encoders import JSONEncoder
+    """The API's JSON of each visible lease among `lease_ids`, by id (two queries for the batch)."""
+    from allocation.api.lease_json import lease_dicts
+    from pool.api.renderers import JSONRenderer
 
-    from allocation.api.serializers import LeaseSerializer
-    from allocation.selectors import lease_list
-
-    rows = lease_list(user=viewer.user).filter(pk__in=set(lease_ids))
-    return {str(data["id"]): json.dumps(data, cls=JSONEncoder, separators=(",", ":"))
-            for data in LeaseSerializer(rows, many=True).data}
+    render = JSONRenderer().render
+    return {str(data["id"]): render(data).decode()
+            for data in lease_dicts(list(dict.fromkeys(lease_ids)), visible_to=viewer.user)}
 
 
 def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes]:
