@@ -130,9 +130,9 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
             filterset_class=None)
     def watch(self, request: Request) -> Response:
         """Served by the ASGI front (pool.asgi), which answers before Django is reached; a WSGI-only
-        deployment has no event stream and says so."""
+        deployment has no event stream and says so (404: not on this server)."""
         return Response({"code": "not_available", "message": "the lease event stream is served by the "
-                         "ASGI application (pool.asgi:application); this server runs without it"}, status=501)
+                         "ASGI application (pool.asgi:application); this server runs without it"}, status=404)
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)
