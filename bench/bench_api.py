@@ -6,7 +6,7 @@ What it does, bounded in time and on loopback only:
   1. creates a fresh database (`--db`, default gpupool_bench_api_wt) on DATABASE_URL's server,
      migrates it, applies a config with a simulated fleet of hosts × 8 GPUs (16,000 by default) and
      discovers it once;
-  2. starts the server the way production does (SERVER_CMD below: today gunicorn gthread, as in
+  2. starts the server the way production does (SERVER_CMD below: the ASGI front, as in
      docker-compose.yml) with GPUPOOL_AUTOSCHEDULE=0 (it measures the API, not scheduling passes)
      and a lease rate limit high enough not to throttle the load (GPUPOOL_LEASE_RATE);
   3. closed-loop phases with wrk (a C load generator in its own process, see bench/wrk_api.lua):
@@ -41,11 +41,10 @@ from urllib.parse import urlparse
 
 import requests
 
-# The server under test, started as production starts it (docker-compose.yml, service `web`).
-# Switch the front here, in this one place (e.g. an ASGI server: "{python} -m uvicorn pool.asgi:application
-# --host 127.0.0.1 --port {port} --workers {workers} --no-access-log").
-SERVER_CMD = ("{python} -m gunicorn pool.wsgi:application --bind 127.0.0.1:{port} --workers {workers} "
-              "--threads 4 --keep-alive 30 --log-level warning")
+# The server under test, started as production starts it (docker-compose.yml, service `web`):
+# the ASGI front (uvicorn workers under gunicorn), the API on GPUPOOL_WEB_THREADS request threads.
+SERVER_CMD = ("{python} -m gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind 127.0.0.1:{port} "
+              "--workers {workers} --keep-alive 30 --log-level warning")
 
 REPO = Path(__file__).resolve().parent.parent
 LUA = Path(__file__).resolve().parent / "wrk_api.lua"
@@ -347,7 +346,7 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, default=2000, help="simulated hosts (8 GPUs each)")
     parser.add_argument("--users", type=int, default=8, help="API users (tokens) of the bench team")
     parser.add_argument("--workers", type=int, default=3, help="server worker processes (docker-compose: 3)")
-    parser.add_argument("--db", default="gpupool_bench_api_wt", help="database created and dropped by the bench")
+    parser.add_argument("--db", default="gpupool_bench_api", help="database created and dropped by the bench")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("bench_api needs wrk (the HTTP load generator): apt-get install wrk")
