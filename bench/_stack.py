@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,22 +46,53 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def fresh_database(name: str) -> str:
-    """Drop and create database `name` on the server of DATABASE_URL (default: local PostgreSQL)."""
+def _admin_connection(url: str) -> Any:
     import psycopg2
 
-    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
-    if not base.scheme.startswith("postgres"):
-        sys.exit("this benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
+    base = urlparse(url)
     conn = psycopg2.connect(host=base.hostname or "127.0.0.1", port=base.port or 5432,
                             user=base.username or "postgres", password=base.password, dbname="postgres",
                             connect_timeout=5)
     conn.autocommit = True
+    return conn
+
+
+def fresh_database(name: str) -> str:
+    """Drop and create database `name` on the server of DATABASE_URL (default: local PostgreSQL);
+    return its URL."""
+    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    if not base.scheme.startswith("postgres"):
+        sys.exit("this benchmark needs PostgreSQL: set DATABASE_URL=postgres://…")
+    url = base._replace(path=f"/{name}").geturl()
+    conn = _admin_connection(url)
     with conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         cur.execute(f'CREATE DATABASE "{name}"')
     conn.close()
-    return base._replace(path=f"/{name}").geturl()
+    return url
+
+
+def drop_database(url: str) -> None:
+    conn = _admin_connection(url)
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{urlparse(url).path.lstrip("/")}" WITH (FORCE)')
+    conn.close()
+
+
+def wait_healthy(url: str, procs: list[subprocess.Popen[bytes]], what: str, timeout: float = 60.0) -> None:
+    """Until GET {url}/healthz answers 200; RuntimeError if a process exits or `timeout` passes."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"{what} did not become healthy within {timeout:.0f} s")
+        time.sleep(0.3)
 
 
 def environment(db_url: str, redis_db: int, **extra: str) -> dict[str, str]:
@@ -99,8 +131,6 @@ def tokens(env: dict[str, str], usernames: list[str]) -> dict[str, str]:
 def running(env: dict[str, str], names: tuple[str, ...] = ("web", "scheduler", "worker", "beat")
             ) -> Iterator[tuple[str, dict[str, subprocess.Popen[bytes]]]]:
     """Start the named processes; yield (base URL, processes) once /healthz answers."""
-    import requests
-
     port = free_port()
     logs = Path(env["GPUPOOL_VAR_DIR"]) / "log"
     logs.mkdir(exist_ok=True)
@@ -111,16 +141,7 @@ def running(env: dict[str, str], names: tuple[str, ...] = ("web", "scheduler", "
             procs[name] = subprocess.Popen(commands[name], cwd=REPO, env=env, start_new_session=True,
                                            stdout=(logs / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the stack did not start; logs in {logs}")
-            time.sleep(0.3)
+        wait_healthy(url, list(procs.values()), f"the stack (logs in {logs})")
         time.sleep(2.0)  # workers connect to the broker
         yield url, procs
     finally:

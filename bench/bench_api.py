@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,9 +36,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _stack
 
 # The server under test, started as production starts it (docker-compose.yml, service `web`):
 # the ASGI front (uvicorn workers under gunicorn), the API on GPUPOOL_WEB_THREADS request threads.
@@ -49,44 +51,6 @@ SERVER_CMD = ("{python} -m gunicorn pool.asgi:application -k uvicorn_worker.Uvic
 REPO = Path(__file__).resolve().parent.parent
 LUA = Path(__file__).resolve().parent / "wrk_api.lua"
 LEASE_BODY = '{"pool": "bench", "gpus": 1}'
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _admin_connection(url: str) -> Any:
-    import psycopg2
-
-    base = urlparse(url)
-    conn = psycopg2.connect(host=base.hostname or "127.0.0.1", port=base.port or 5432,
-                            user=base.username or "postgres", password=base.password, dbname="postgres",
-                            connect_timeout=5)
-    conn.autocommit = True
-    return conn
-
-
-def _fresh_database(name: str) -> str:
-    """Drop and create database `name` on the server of DATABASE_URL; return its URL."""
-    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool"))
-    if not base.scheme.startswith("postgres"):
-        sys.exit("bench_api needs PostgreSQL: set DATABASE_URL=postgres://…")
-    url = base._replace(path=f"/{name}").geturl()
-    conn = _admin_connection(url)
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    return url
-
-
-def _drop_database(url: str) -> None:
-    conn = _admin_connection(url)
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{urlparse(url).path.lstrip("/")}" WITH (FORCE)')
-    conn.close()
 
 
 def _config(hosts: int, users: int) -> str:
@@ -151,21 +115,15 @@ def _cpu_seconds(pid: int) -> float:
 
 class Server:
     def __init__(self, env: dict[str, str], workers: int) -> None:
-        self.port = _free_port()
+        self.port = _stack.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         cmd = SERVER_CMD.format(python=sys.executable, port=self.port, workers=workers).split()
         self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{self.base}/healthz", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise SystemExit("the server did not become healthy within 60 s")
-            time.sleep(0.3)
+        try:
+            _stack.wait_healthy(self.base, [self.proc], "the server")
+        except RuntimeError as exc:
+            self.stop()
+            raise SystemExit(str(exc)) from None
 
     def cpu(self) -> float:
         return _cpu_seconds(self.proc.pid)
@@ -351,7 +309,7 @@ def main() -> int:
     if shutil.which("wrk") is None:
         sys.exit("bench_api needs wrk (the HTTP load generator): apt-get install wrk")
 
-    db_url = _fresh_database(args.db)
+    db_url = _stack.fresh_database(args.db)
     var_dir = tempfile.mkdtemp(prefix="gpupool-bench-api-")
     env = {**os.environ, "DATABASE_URL": db_url, "GPUPOOL_AUTOSCHEDULE": "0", "GPUPOOL_VAR_DIR": var_dir,
            "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15"),
@@ -384,7 +342,7 @@ def main() -> int:
         server.stop()
     counts = _query_counts(tokens[0])
     connections.close_all()
-    _drop_database(db_url)
+    _stack.drop_database(db_url)
     _report(runs, args, solo, counts, (load_before, load_after))
     return 0
 

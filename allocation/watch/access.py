@@ -6,7 +6,6 @@ the lease JSON is the API's."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,20 +82,21 @@ def _cookies(raw: str) -> dict[str, str]:
 
 def leases_json(viewer: Viewer, lease_ids: list[str]) -> dict[str, str]:
     """The API's JSON of each visible lease among `lease_ids`, by id (two queries for the batch)."""
-    from allocation.api.lease_json import lease_dicts
-    from pool.api.renderers import JSONRenderer
-
-    render = JSONRenderer().render
-    return {str(data["id"]): render(data).decode()
-            for data in lease_dicts(list(dict.fromkeys(lease_ids)), visible_to=viewer.user)}
+    return {lease_id: body.decode() for lease_id, (_state, body) in _rendered(viewer, lease_ids).items()}
 
 
 def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes]:
     """(state, JSON body) of one lease the viewer may see, or (None, b"") when it may not."""
-    body = leases_json(viewer, [lease_id]).get(str(uuid.UUID(lease_id)))
-    if body is None:
-        return None, b""
-    return str(json.loads(body)["state"]), body.encode()
+    return _rendered(viewer, [lease_id]).get(str(uuid.UUID(lease_id)), (None, b""))
+
+
+def _rendered(viewer: Viewer, lease_ids: list[str]) -> dict[str, tuple[str, bytes]]:
+    from allocation.api.lease_json import lease_dicts
+    from pool.api.renderers import JSONRenderer
+
+    render = JSONRenderer().render
+    return {str(data["id"]): (str(data["state"]), render(data))
+            for data in lease_dicts(list(dict.fromkeys(lease_ids)), visible_to=viewer.user)}
 
 
 def change_filter(viewer: Viewer, team: str, pool: str) -> Callable[[LeaseChange], bool]:

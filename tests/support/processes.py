@@ -56,12 +56,16 @@ def celery_worker(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes
             raise RuntimeError(f"celery worker not ready in 60 s:\n{log_path.read_text()[-3000:]}")
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
         log.close()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def free_port() -> int:
@@ -98,9 +102,5 @@ def web_server(log_path: Path, **env: str) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
         log.close()
