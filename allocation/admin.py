@@ -22,8 +22,31 @@ from allocation.models import (
     Team,
     UsageLedger,
 )
-from allocation.services import lease_release
+from allocation.services.admin import host_admin_action
+from allocation.services.leases import lease_release
+from inventory import admin as inventory_admin
 from inventory.admin import PoolAdminAccess, ReadOnlyAccess
+from inventory.models import Host
+
+
+def _host_action(verb: str) -> Any:
+    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        for host in queryset:
+            host_admin_action(host=host, verb=verb, actor=request.user.get_username())
+        modeladmin.message_user(request, f"{verb}: {queryset.count()} host(s)", messages.SUCCESS)
+
+    action.__name__ = f"host_{verb}"
+    return admin.action(description=f"{verb.capitalize()} selected hosts (audited)")(action)
+
+
+# The inventory's host admin, with the actions that involve leases (the API does the same:
+# allocation.api.fleet extends the inventory's viewsets).
+admin.site.unregister(Host)
+
+
+@admin.register(Host)
+class HostAdmin(inventory_admin.HostAdmin):
+    actions = [_host_action("cordon"), _host_action("drain"), _host_action("uncordon")]
 
 
 class AuditedAdmin(PoolAdminAccess, admin.ModelAdmin):

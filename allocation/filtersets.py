@@ -5,7 +5,7 @@ import django_filters
 
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, Quota
-from pool.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
+from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
 
 
 class LeaseFilterSet(StrictFilterSet):

@@ -21,10 +21,10 @@ from allocation.choices import END_STATES, LeaseState
 from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
 from allocation.sql import Statement, execute_as_one, insert_sql, one_statement_writes, update_sql
+from core.errors import Conflict
 from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu, Host
 from inventory.services import gpu_refresh_states, gpu_state_sql
-from pool.errors import Conflict
 
 S = LeaseState
 TRANSITIONS: dict[str, frozenset[str]] = {

@@ -13,7 +13,7 @@ from allocation.choices import LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import AuditEvent, Lease, LeaseGpu, PriorityClass, Quota, Team
 from allocation.sql import compiled_values
-from pool.api.permissions import is_pool_admin
+from core.roles import is_pool_admin
 
 LEASE_FIELDS = tuple(f.attname for f in Lease._meta.concrete_fields)
 

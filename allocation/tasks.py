@@ -6,8 +6,8 @@ import logging
 
 from allocation.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
-from allocation.services import leases_reap
-from pool.tasks import gpupool_task
+from allocation.services.leases import leases_reap
+from core.tasks import gpupool_task
 
 logger = logging.getLogger(__name__)
 RETRY = {"max_retries": 6, "retry_backoff": 2, "retry_backoff_max": 60, "retry_jitter": True}

@@ -83,7 +83,7 @@ def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list
     from django.db import connection
     from rest_framework.authtoken.models import Token
 
-    from allocation.services import lease_create
+    from allocation.services.leases import lease_create
     from inventory.models import Pool
 
     # What autovacuum would do shortly after a large discovery: planner statistics for 16,000 rows.

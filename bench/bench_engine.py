@@ -225,7 +225,7 @@ def _long_queue(args: Any, pool: Any, add: Any, teams: list[str], measured_pass:
     estimate changed in the database): once the tail interval has passed, the whole queue; within
     it, only the head."""
     from allocation.models import Lease
-    from allocation.services import lease_release
+    from allocation.services.leases import lease_release
 
     def explanations() -> dict[Any, tuple[Any, ...]]:
         return {pk: rest for pk, *rest in Lease.objects.filter(pool=pool, state="pending").values_list(

@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.cache import patch_vary_headers
 
-from pool.api.permissions import is_pool_admin
+from core.roles import is_pool_admin
 
 View = Callable[..., HttpResponse]
 

@@ -17,11 +17,11 @@ from django.utils import timezone
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu, Quota
 from allocation.selectors import fair_share_standing, lease_list, quota_list
+from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
 from inventory.models import Gpu, GpuSample, Host, Pool
 from inventory.selectors import gpu_list, host_list, pool_list
-from pool.api.permissions import is_pool_admin
 
 CHART_BUCKETS = 40
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.roles import is_pool_admin
 from inventory.models import Gpu, GpuSample, Host, Pool, Source
 from inventory.selectors import pool_list
-from pool.api.permissions import is_pool_admin
 
 admin.site.site_header = "gpupool administration"
 admin.site.site_title = "gpupool admin"
@@ -92,18 +92,6 @@ class SourceAdmin(PoolAdminAccess, admin.ModelAdmin):
         return bool(obj.last_error)
 
 
-def _host_action(verb: str) -> Any:
-    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Host]) -> None:
-        from allocation.services_admin import host_admin_action  # allocation sits above inventory
-
-        for host in queryset:
-            host_admin_action(host=host, verb=verb, actor=request.user.get_username())
-        modeladmin.message_user(request, f"{verb}: {queryset.count()} host(s)", messages.SUCCESS)
-
-    action.__name__ = f"host_{verb}"
-    return admin.action(description=f"{verb.capitalize()} selected hosts (audited)")(action)
-
-
 @admin.register(Host)
 class HostAdmin(PoolAdminAccess, admin.ModelAdmin):
     list_display = ["name", "source", "state", "reported_state", "admin_state", "driver_version", "cuda_version",
@@ -114,7 +102,8 @@ class HostAdmin(PoolAdminAccess, admin.ModelAdmin):
     # State goes through cordon/drain/uncordon (audited), never a raw edit.
     readonly_fields = ["state", "reported_state", "admin_state", "foreign_gpus", "last_seen", "offline_since",
                        "error", "driver_version", "cuda_version"]
-    actions = [_host_action("cordon"), _host_action("drain"), _host_action("uncordon")]
+    # The cordon/drain/uncordon actions end leases, so allocation adds them (allocation.admin):
+    # inventory never imports allocation.
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
         return False  # hosts come from discovery

@@ -3,9 +3,9 @@ parameters: `?state=free&state=leased`."""
 
 import django_filters
 
+from core.api.filtersets import BooleanFilter, IntegerFilter, StrictFilterSet
 from inventory.choices import GpuState, HostState, SourceKind
 from inventory.models import Gpu, Host, Pool
-from pool.api.filtersets import BooleanFilter, IntegerFilter, StrictFilterSet
 
 
 class PoolFilterSet(StrictFilterSet):

@@ -5,31 +5,39 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from inventory.choices import GpuState
 from inventory.models import Gpu, Host, Pool
 
-# A MIG parent is capacity only through its slices; counting both would double it.
-USABLE = Q(gpus__gone=False, gpus__slices__isnull=True)
+
+def capacity_units(pool_ids: Iterable[int] | None = None) -> QuerySet[Gpu]:
+    """The GPUs that are capacity, the one definition every count uses (API, dashboard, capacity
+    moves, lease admission): present, and not a MIG parent, since a MIG GPU is capacity only
+    through its slices (counting both would double it). The engine's snapshot applies the same rule
+    in SQL (`allocation.engine.snapshot`).
+
+    Parents are excluded by id with one hashed sub-select; `slices__isnull` would be a self-join
+    checked row by row."""
+    parents = Gpu.objects.filter(parent__isnull=False).values("parent_id")
+    units = Gpu.objects.filter(gone=False).exclude(pk__in=parents)
+    return units if pool_ids is None else units.filter(pool_id__in=list(pool_ids))
+
+
+def _units_in_pool(**filters: Any) -> Coalesce:
+    counted = (capacity_units().filter(pool_id=OuterRef("pk"), **filters).order_by()
+               .values("pool_id").annotate(n=Count("pk")).values("n"))
+    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
 
 
 def pool_list() -> QuerySet[Pool]:
+    """Pools with `capacity`, `allocated` and `free` counted in capacity units."""
     return Pool.objects.annotate(
-        capacity=Count("gpus", filter=USABLE, distinct=True),
-        allocated=Count("gpus", filter=USABLE & Q(gpus__state=GpuState.LEASED), distinct=True),
-        free=Count("gpus", filter=USABLE & Q(gpus__state=GpuState.FREE), distinct=True),
+        capacity=_units_in_pool(),
+        allocated=_units_in_pool(state=GpuState.LEASED),
+        free=_units_in_pool(state=GpuState.FREE),
     ).order_by("name")
-
-
-def pool_per_model(pool_ids: Iterable[int]) -> dict[int, dict[str, dict[str, int]]]:
-    rows = (Gpu.objects.filter(pool_id__in=list(pool_ids), gone=False, slices__isnull=True)
-            .values("pool_id", "model")
-            .annotate(total=Count("pk"), free=Count("pk", filter=Q(state=GpuState.FREE))))
-    out: dict[int, dict[str, dict[str, int]]] = {}
-    for row in rows:
-        out.setdefault(row["pool_id"], {})[row["model"]] = {"total": row["total"], "free": row["free"]}
-    return out
 
 
 def host_list() -> QuerySet[Host]:
@@ -46,9 +54,7 @@ def pool_stats(pool_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     """Per pool: `capacity`, `allocated`, `free` and per-model `{model: {total, free}}`, from one
     grouped query (no join per GPU: MIG parents are left out with an anti-join on a small set).
     Pools without GPUs are absent."""
-    parents = Gpu.objects.filter(parent__isnull=False).values("parent_id")
-    rows = (Gpu.objects.filter(pool_id__in=list(pool_ids), gone=False).exclude(pk__in=parents)
-            .values("pool_id", "model", "state").annotate(n=Count("pk")).order_by())
+    rows = capacity_units(pool_ids).values("pool_id", "model", "state").annotate(n=Count("pk")).order_by()
     out: dict[int, dict[str, Any]] = {}
     for row in rows:
         stats = out.setdefault(row["pool_id"], {"capacity": 0, "allocated": 0, "free": 0, "models": {}})
@@ -78,11 +84,8 @@ def pool_capacity_profile(pool_id: int) -> list[tuple[str, str, int, int, int]]:
     cached = cache.get(key)
     if cached is not None:
         return cached
-    # `slices__isnull` would be a self-join checked row by row; excluding the parent ids is one
-    # hashed sub-select.
-    parents = Gpu.objects.filter(pool_id=pool_id, parent__isnull=False).values("parent_id")
-    rows = (Gpu.objects.filter(pool_id=pool_id, gone=False).exclude(pk__in=parents)
-            .values_list("model", "mig_profile", "memory_mb", "host_id").annotate(n=Count("pk")))
+    rows = (capacity_units([pool_id]).values_list("model", "mig_profile", "memory_mb", "host_id")
+            .annotate(n=Count("pk")).order_by())
     kinds: dict[tuple[str, str, int], list[int]] = {}
     for model, mig, memory, _host, n in rows:
         slot = kinds.setdefault((model, mig, memory or 0), [0, 0])

@@ -79,7 +79,7 @@ def host_cordon(*, host: Host) -> Host:
 
 
 def host_drain(*, host: Host) -> Host:
-    """Cordon, and mark the host draining: allocation ends its leases (see allocation.services)."""
+    """Cordon, and mark the host draining: allocation ends its leases (see allocation.services.admin)."""
     return _host_set_admin_state(host=host, admin_state=AdminState.DRAINING)
 
 
@@ -89,7 +89,7 @@ def host_uncordon(*, host: Host) -> Host:
 
 def gpus_move(*, gpus: Iterable[Gpu], pool: Pool) -> int:
     """Move GPUs (with their MIG slices) to another pool. Leases keep running on them; the
-    caller (allocation.services.capacity_move) decides about leases left over-limit."""
+    caller (allocation.services.capacity.capacity_move) decides about leases left over-limit."""
     ids = {g.pk for g in gpus}
     sources = set(Gpu.objects.filter(pk__in=ids).values_list("pool_id", flat=True))
     with transaction.atomic():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from django.core.cache import cache
 
+from core.tasks import gpupool_task
 from inventory.discovery import source_discover, sources_due
 from inventory.models import Source
 from inventory.sync import hosts_mark_stale
-from pool.tasks import gpupool_task
 
 
 @gpupool_task(name="inventory.discover_due_sources")

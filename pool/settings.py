@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from pool.env import env_bool, env_int, env_list, env_str
+from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))  # type: ignore[arg-type]
@@ -76,6 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "frontend.context_processors.roles",
             ],
         },
     },
@@ -107,7 +108,7 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
-    CACHES = {"default": {"BACKEND": "pool.cache.RedisCache",  # Django's, keeping one client per pool
+    CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
                           "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool"}}
 else:
     # kombu's filesystem transport: a real broker between real processes, needing no server.
@@ -169,20 +170,20 @@ GPUPOOL = {
 # --- API ----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "pool.api.auth.CachedTokenAuthentication",  # token → user cached for 5 s per process
+        "core.api.auth.CachedTokenAuthentication",  # token → user cached for 5 s per process
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    # orjson in and out (pool/api/renderers.py). The browsable API stays: content negotiation
+    # orjson in and out (core/api/renderers.py). The browsable API stays: content negotiation
     # picks it only for browsers (Accept: text/html), so API clients never pay for it.
-    "DEFAULT_RENDERER_CLASSES": ["pool.api.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["pool.api.renderers.JSONParser", "rest_framework.parsers.FormParser",
+    "DEFAULT_RENDERER_CLASSES": ["core.api.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["core.api.renderers.JSONParser", "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
-    "DEFAULT_PAGINATION_CLASS": "pool.api.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "pool.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"lease_create": env_str("GPUPOOL_LEASE_RATE", "600/min")},
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }

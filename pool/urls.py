@@ -15,7 +15,7 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-handler400 = "pool.api.errors.bad_request"
-handler403 = "pool.api.errors.permission_denied"
+handler400 = "core.api.errors.bad_request"
+handler403 = "core.api.errors.permission_denied"
 handler404 = "pool.health.not_found"
 handler500 = "pool.health.server_error"

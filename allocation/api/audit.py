@@ -8,7 +8,7 @@ from allocation.api.serializers import AuditEventSerializer
 from allocation.filtersets import AuditEventFilterSet
 from allocation.models import AuditEvent
 from allocation.selectors import audit_event_list
-from pool.api.viewsets import ReadOnlyViewSet
+from core.api.viewsets import ReadOnlyViewSet
 
 
 @extend_schema_view(

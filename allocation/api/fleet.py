@@ -15,13 +15,14 @@ from rest_framework.response import Response
 
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu
-from allocation.services_admin import capacity_move, host_admin_action
+from allocation.services.admin import host_admin_action
+from allocation.services.capacity import capacity_move
 from allocation.sql import execute
+from core.api.permissions import IsPoolAdmin
 from inventory.api import views as inventory_views
 from inventory.api.serializers import GpuMoveSerializer, GpuSerializer, HostSerializer
 from inventory.models import Gpu, Pool
 from inventory.selectors import gpu_list, host_list
-from pool.api.permissions import IsPoolAdmin
 
 
 @extend_schema_view(list=extend_schema(summary="List pools"), retrieve=extend_schema(summary="Read a pool"))
@@ -95,11 +96,16 @@ class GpuViewSet(inventory_views.GpuViewSet):
                    responses=GpuSerializer)
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def move(self, request: Request, uuid: str | None = None) -> Response:
-        """Move this GPU (with its MIG slices) to another pool; a running lease keeps it until it ends."""
+        """Move this GPU (with its MIG slices) to another pool; a running lease keeps it until it ends.
+
+        The same locked service as the dashboard's capacity page; moving a GPU to the pool it is in
+        changes nothing and answers as a move would (idempotent)."""
         gpu = self.get_object()
         body = GpuMoveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        capacity_move(gpu_ids=[gpu.pk], pool=body.validated_data["pool"], actor=request.user.username)
+        target = body.validated_data["pool"]
+        if gpu.pool_id != target.pk:
+            capacity_move(pool=target, gpu_ids=[gpu.pk], actor=request.user.username, held_alone="follow_lease")
         gpu = gpu_list().get(pk=gpu.pk)
         self._gpu_leases = self._holders([gpu])
         return Response(self.get_serializer(gpu).data)

@@ -22,8 +22,8 @@ from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.sql import execute
+from core.api.renderers import drf_datetime
 from inventory.models import Gpu
-from pool.api.renderers import drf_datetime
 
 # The lease's own columns that its JSON shows; the names of what it refers to come from
 # selectors.with_names (annotations), or from loaded relations (_RELATED).

@@ -1,6 +1,6 @@
 """The lease endpoints: list/read (own teams; admins all), request, renew, release, audit trail.
 
-Views only translate: input serializers validate, services (allocation.services) decide."""
+Views only translate: input serializers validate, services (allocation.services.*) decide."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from allocation.api.serializers import (
 from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
 from allocation.selectors import lease_list
-from allocation.services import lease_create, lease_release, lease_renew
-from pool.api.viewsets import ReadOnlyViewSet
+from allocation.services.leases import lease_create, lease_release, lease_renew
+from core.api.viewsets import ReadOnlyViewSet
 
 
 class LeaseCreateThrottle(UserRateThrottle):

@@ -18,9 +18,9 @@ from allocation.api.serializers import (
 from allocation.filtersets import QuotaFilterSet
 from allocation.models import PriorityClass, Quota, Team
 from allocation.selectors import fair_share_standing, quota_list, team_gpus_held, team_list
-from allocation.services_admin import quota_set
-from pool.api.permissions import IsPoolAdmin, is_pool_admin
-from pool.api.viewsets import ReadOnlyViewSet
+from allocation.services.admin import quota_set
+from core.api.permissions import IsPoolAdmin, is_pool_admin
+from core.api.viewsets import ReadOnlyViewSet
 
 
 @extend_schema_view(list=extend_schema(summary="List teams", description="Your teams (admins: all)."),

@@ -35,7 +35,8 @@ from inventory.models import Pool
 _END = frozenset(END_STATES)
 
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
-# index, uuid, unavailable here: a MIG parent, or held by a lease of another pool), and their
+# index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
+# always share their parent's pool), or held by a lease of another pool), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
 GPU_SQL = """
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,

@@ -37,7 +37,7 @@ def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
     from django.conf import settings
     from django.contrib.auth import get_user
 
-    from pool.api.permissions import is_pool_admin
+    from core.roles import is_pool_admin
 
     user = None
     auth = headers.get("authorization", "").split()
@@ -92,7 +92,7 @@ def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, byt
 
 def _rendered(viewer: Viewer, lease_ids: list[str]) -> dict[str, tuple[str, bytes]]:
     from allocation.api.lease_json import lease_dicts
-    from pool.api.renderers import JSONRenderer
+    from core.api.renderers import JSONRenderer
 
     render = JSONRenderer().render
     return {str(data["id"]): (str(data["state"]), render(data))

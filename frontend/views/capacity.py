@@ -9,12 +9,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from allocation.capacity import capacity_move_confirm, capacity_preview, lease_outcome_counts
+from allocation.services.capacity import capacity_move, capacity_preview, lease_outcome_counts
+from core.errors import Conflict, DomainError
 from frontend.access import admin_required, is_htmx
 from frontend.forms import CapacityForm
 from frontend.selectors import capacity_hosts
 from inventory.models import Gpu, Host
-from pool.errors import Conflict, DomainError
 
 
 def _form(data: Any = None) -> CapacityForm:
@@ -60,7 +60,7 @@ def capacity_confirm_view(request: HttpRequest) -> HttpResponse:
         return _preview_response(request, form, status=422)
     data = form.cleaned_data
     try:
-        result = capacity_move_confirm(pool=data["pool"], gpu_ids=data["gpus"], host_ids=data["hosts"],
+        result = capacity_move(pool=data["pool"], gpu_ids=data["gpus"], host_ids=data["hosts"],
                                        mode=data["mode"], fingerprint=data["fingerprint"],
                                        actor=request.user.get_username())
     except DomainError as exc:

@@ -6,12 +6,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 
-from allocation.services_admin import host_admin_action
+from allocation.services.admin import host_admin_action
+from core.errors import DomainError
 from frontend.access import admin_required, htmx_target, is_htmx, login_required
 from frontend.selectors import fleet as fleet_rows
 from frontend.selectors import fleet_state_counts
 from inventory.models import Host, Pool
-from pool.errors import DomainError
 
 VERBS = {"cordon": "cordoned", "drain": "drained", "uncordon": "uncordoned"}
 

@@ -12,12 +12,12 @@ from django.utils import timezone
 from allocation.choices import ACTIVE_STATES, HOLDING_STATES, LeaseState
 from allocation.models import AuditEvent, Lease
 from allocation.selectors import lease_list, team_list
-from allocation.services import lease_release, lease_renew
+from allocation.services.leases import lease_release, lease_renew
+from core.errors import DomainError
 from frontend.access import htmx_target, login_required
 from frontend.forms import LeaseFilterForm, ReleaseForm, RenewForm
 from frontend.selectors import pending_queue
 from inventory.models import Pool
-from pool.errors import DomainError
 
 PAGE_SIZE = 50
 

@@ -7,11 +7,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from allocation.models import Quota, Team
-from allocation.services_admin import quota_set, team_set_weight
+from allocation.services.admin import quota_set, team_set_weight
+from core.errors import DomainError
 from frontend.access import admin_required, is_htmx, login_required
 from frontend.forms import QuotaForm, WeightForm
 from frontend.selectors import team_quotas
-from pool.errors import DomainError
 
 
 def _page(request: HttpRequest, status: int = 200, **extra: object) -> HttpResponse:

@@ -9,9 +9,9 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.api.renderers import drf_datetime
 from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
-from pool.api.renderers import drf_datetime
 
 
 class PoolSerializer(serializers.ModelSerializer):

@@ -9,11 +9,11 @@ from django.utils import timezone
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api.viewsets import ReadOnlyViewSet
 from inventory.api.serializers import GpuSerializer, HostSerializer, PoolSerializer
 from inventory.filtersets import GpuFilterSet, HostFilterSet, PoolFilterSet
 from inventory.models import Pool
 from inventory.selectors import gpu_list, host_list, pool_stats
-from pool.api.viewsets import ReadOnlyViewSet
 
 
 class PoolViewSet(ReadOnlyViewSet):

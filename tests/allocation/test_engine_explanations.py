@@ -7,7 +7,7 @@ import pytest
 
 from allocation.engine import apply, run_pass
 from allocation.models import Lease
-from allocation.services import lease_release
+from allocation.services.leases import lease_release
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from allocation.engine.apply import apply_decisions
 from allocation.engine.snapshot import read_pool
 from allocation.models import AuditEvent, Lease, LeaseGpu
 from allocation.policy import get_policy
-from allocation.services import lease_release
+from allocation.services.leases import lease_release
 from inventory.models import Gpu, Pool
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from allocation.engine import run_pass
 from allocation.leases import lease_end, lease_free_gpus
 from allocation.ledger import ledger_close, ledger_close_sql
 from allocation.models import AuditEvent, Lease, LeaseGpu, Team, UsageLedger
-from allocation.services import lease_create
+from allocation.services.leases import lease_create
 from inventory.choices import Health, HostState
 from inventory.models import Gpu
 from inventory.services import gpu_derive_state, gpu_state_sql

@@ -53,3 +53,20 @@ def test_patching_a_quota_changes_it_and_refuses_a_limit_below_the_guarantee(wor
     assert refused.status_code == 400 and refused.json()["code"] == "invalid_quota"
     event = AuditEvent.objects.get(action="quota.update")
     assert event.actor == "root" and event.data["after"] == {"guaranteed": 4, "limit": None}
+
+
+def test_moving_a_held_gpu_goes_through_the_locked_service_and_the_lease_keeps_it(world: Any, api: Any) -> None:
+    run_pass()
+    lease = api(world.member).get(f"/api/v1/leases/{world.lease_id}/").json()
+    assert lease["state"] == "granted"
+    admin = api(world.admin)
+    held = lease["gpus"][0]
+    moved = admin.post(f"/api/v1/gpus/{held}/move/", {"pool": "inference"}, format="json")
+    assert moved.status_code == 200 and moved.json()["pool"] == "inference"
+    assert api(world.member).get(f"/api/v1/leases/{world.lease_id}/").json()["state"] == "granted"
+    event = AuditEvent.objects.get(action="capacity.move")
+    assert event.data["to"] == "inference"
+    # Moving it again to the pool it is in changes nothing and writes nothing.
+    again = admin.post(f"/api/v1/gpus/{held}/move/", {"pool": "inference"}, format="json")
+    assert again.status_code == 200 and again.json()["pool"] == "inference"
+    assert AuditEvent.objects.filter(action="capacity.move").count() == 1

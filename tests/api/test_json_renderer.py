@@ -1,4 +1,4 @@
-"""The orjson renderer and parser (pool/api/renderers.py) give what DRF's stock JSON renderer and
+"""The orjson renderer and parser (core/api/renderers.py) give what DRF's stock JSON renderer and
 parser give: the same JSON values, DRF's datetime format, escaped U+2028/U+2029, and the same
 answers to bodies orjson alone would refuse differently."""
 
@@ -15,7 +15,7 @@ from django.utils.functional import lazy
 from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError
 
-from pool.api.renderers import JSONParser, JSONRenderer
+from core.api.renderers import JSONParser, JSONRenderer
 
 UTC = datetime.UTC
 SAMPLES = [
@@ -70,7 +70,7 @@ def test_drf_datetime_writes_what_drfs_datetimefield_writes(zone: str) -> None:
     from django.utils import timezone
     from rest_framework import serializers
 
-    from pool.api.renderers import drf_datetime
+    from core.api.renderers import drf_datetime
 
     values = [SAMPLES[0]["at"], SAMPLES[0]["whole"], SAMPLES[0]["offset"], None]
     with timezone.override(zoneinfo.ZoneInfo(zone)):

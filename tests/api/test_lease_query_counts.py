@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from allocation.engine import run_pass
-from pool.api.auth import clear_token_cache
+from core.api.auth import clear_token_cache
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 

@@ -37,7 +37,7 @@ def _grow(start: int, stop: int, alice: Any) -> None:
 
 
 def _queries(client: Any, url: str, rows: int) -> int:
-    from pool.api.auth import clear_token_cache
+    from core.api.auth import clear_token_cache
 
     clear_token_cache()  # every count includes the token lookup
     with CaptureQueriesContext(connection) as ctx:

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from pool.api import auth
+from core.api import auth
 
 pytestmark = pytest.mark.django_db
 

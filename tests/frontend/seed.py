@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from allocation.engine import run_pass
 from allocation.models import Lease
-from allocation.services import lease_create, lease_release
+from allocation.services.leases import lease_create, lease_release
 from inventory.choices import Health, HostState, SourceKind
 from inventory.models import Gpu, GpuSample, Host, Pool, Source
 from inventory.services import gpu_refresh_states

@@ -12,7 +12,7 @@ import requests
 from rest_framework.authtoken.models import Token
 
 from allocation.engine import run_pass
-from allocation.services import lease_create
+from allocation.services.leases import lease_create
 from inventory.models import Gpu, Host
 from tests.frontend.browser import launch, log_in, needs_chromium, shoot
 from tests.frontend.seed import PASSWORD

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from allocation.capacity import capacity_move_confirm, capacity_preview
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease, LeaseGpu
-from allocation.services import lease_create, lease_release
+from allocation.services.capacity import capacity_move, capacity_preview
+from allocation.services.leases import lease_create, lease_release
+from core.errors import Conflict, DomainError
 from inventory.models import Gpu, Host, Pool
-from pool.errors import Conflict, DomainError
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def test_keeping_a_lease_on_a_moved_host_leaves_its_team_over_the_limit(seeded: 
     quota = next(q for q in preview.quotas if (q.team, q.pool) == ("research", "inference"))
     assert (quota.held_before, quota.held_after, quota.over_limit_by) == (0, 8, 4)
 
-    result = capacity_move_confirm(pool=inference, host_ids=[node.pk], mode="keep", actor="root",
+    result = capacity_move(pool=inference, host_ids=[node.pk], mode="keep", actor="root",
                                    fingerprint=preview.fingerprint)
     assert result.moved == 8 and result.fenced_hosts == (node.name,)
     assert set(Gpu.objects.filter(host=node).values_list("pool__name", flat=True)) == {"inference"}
@@ -64,7 +64,7 @@ def test_draining_preempts_the_leases_on_moved_hosts(seeded: Any) -> None:
     assert impact.outcome == "preempted" and "drained" in impact.detail
     quota = next(q for q in preview.quotas if (q.team, q.pool) == ("research", "inference"))
     assert quota.held_after == 0  # a preempted lease only sits out its grace
-    capacity_move_confirm(pool=inference, host_ids=[node.pk], mode="drain", actor="root")
+    capacity_move(pool=inference, host_ids=[node.pk], mode="drain", actor="root")
     lease = Lease.objects.get(pk=seeded.leases["research"].pk)
     assert lease.state == "preempted" and host(node.name).state == "draining"
 
@@ -77,7 +77,7 @@ def test_a_held_gpu_picked_alone_blocks_the_move(seeded: Any) -> None:
     before = snapshot_of_rows()
     assert preview.blocked[0].startswith(f"1 picked GPU(s) on {gpu.host.name} are held by lease")
     with pytest.raises(Conflict, match="held by lease"):
-        capacity_move_confirm(pool=inference, gpu_ids=[gpu.pk], actor="root")
+        capacity_move(pool=inference, gpu_ids=[gpu.pk], actor="root")
     assert snapshot_of_rows() == before
 
 
@@ -94,7 +94,7 @@ def test_a_stale_preview_is_not_confirmed(seeded: Any) -> None:
     run_pass([training.pk])
     assert LeaseGpu.objects.filter(active=True, gpu__host=free).exists()
     with pytest.raises(Conflict, match="changed since the preview"):
-        capacity_move_confirm(pool=inference, host_ids=[free.pk], actor="root", fingerprint=preview.fingerprint)
+        capacity_move(pool=inference, host_ids=[free.pk], actor="root", fingerprint=preview.fingerprint)
     assert set(Gpu.objects.filter(host=free).values_list("pool__name", flat=True)) == {"training"}
 
 
@@ -120,7 +120,7 @@ def test_empty_or_already_placed_selections_move_nothing(seeded: Any) -> None:
     preview = capacity_preview(pool=inference, host_ids=[lab.pk])
     assert preview.gpu_ids == () and "already in pool inference" in preview.notes[0]
     with pytest.raises(DomainError, match="nothing to move"):
-        capacity_move_confirm(pool=inference, host_ids=[lab.pk], actor="root")
+        capacity_move(pool=inference, host_ids=[lab.pk], actor="root")
     with pytest.raises(DomainError, match="unknown mode"):
         capacity_preview(pool=inference, host_ids=[lab.pk], mode="yolo")
     mig = capacity_preview(pool=Pool.objects.get(name="training"), gpu_ids=[Gpu.objects.get(uuid="GPU-lab-0").pk])

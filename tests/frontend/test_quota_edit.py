@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from allocation.models import AuditEvent, Quota, Team
-from allocation.services_admin import quota_set
-from pool.errors import DomainError
+from allocation.services.admin import quota_set
+from core.errors import DomainError
 
 pytestmark = pytest.mark.django_db
 

@@ -4,9 +4,9 @@ from typing import Any
 
 from rest_framework.permissions import BasePermission
 
+from core.roles import is_pool_admin
 
-def is_pool_admin(user: Any) -> bool:
-    return bool(user and user.is_authenticated and (user.is_staff or user.is_superuser))
+__all__ = ["IsPoolAdmin", "is_pool_admin"]
 
 
 class IsPoolAdmin(BasePermission):

@@ -22,16 +22,13 @@ from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass
+from core.errors import Conflict, DomainError, Forbidden, NotFound
+from core.roles import is_pool_admin
 from inventory.choices import HostState
 from inventory.models import Pool
 from inventory.selectors import pool_capacity_profile
-from pool.errors import Conflict, DomainError, Forbidden, NotFound
 
 S = LeaseState
-
-
-def user_is_pool_admin(user: Any) -> bool:
-    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
 
 
 def actor_name(user: Any) -> str:
@@ -85,7 +82,7 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
     if len(rows) > 1:
         raise DomainError("you are in several teams: say which one with 'team'", code="team_required")
     row = rows[0]
-    if team_name and not row["is_member"] and not user_is_pool_admin(user):
+    if team_name and not row["is_member"] and not is_pool_admin(user):
         raise Forbidden(f"you are not a member of team {team_name!r}", code="not_a_member")
     if row["pc_pk"] is not None:
         pc = PriorityClass(pk=row["pc_pk"], name=pc_name or "default")

@@ -1,8 +1,7 @@
-"""Admin actions: cordon/drain/uncordon hosts, move GPUs between pools, edit quotas and weights."""
+"""Admin writes: cordon/drain/uncordon hosts, edit quotas and fair-share weights (capacity moves are
+in `capacity`)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from django.db import transaction
 
@@ -10,9 +9,9 @@ from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.leases import audit, lease_end
 from allocation.models import Lease, Quota, Team
 from allocation.triggers import request_pass, request_unbind
-from inventory.models import Gpu, Host, Pool
-from inventory.services import gpus_move, host_cordon, host_drain, host_uncordon
-from pool.errors import DomainError
+from core.errors import DomainError
+from inventory.models import Host
+from inventory.services import host_cordon, host_drain, host_uncordon
 
 
 def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
@@ -30,19 +29,6 @@ def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
                 if lease.binding_status.get("handle"):
                     transaction.on_commit(lambda pk=lease.pk: request_unbind(pk))
     return host
-
-
-def capacity_move(*, gpu_ids: Sequence[int], pool: Pool, actor: str) -> int:
-    """Move GPUs to `pool`; running leases keep their GPUs until they end."""
-    with transaction.atomic():
-        sources = set(Gpu.objects.filter(pk__in=gpu_ids).values_list("pool_id", flat=True))
-        moved = gpus_move(gpus=Gpu.objects.filter(pk__in=gpu_ids), pool=pool)
-        audit(actor=actor, action="capacity.move", obj=pool,
-              message=f"moved {moved} GPU(s) to pool {pool.name}",
-              data={"gpu_ids": list(gpu_ids), "to": pool.name}).save()
-    for pool_id in sources | {pool.pk}:
-        request_pass(pool_id)
-    return moved
 
 
 def _text(value: int | None) -> str:

@@ -1,6 +1,6 @@
 """One exception handler, one error body: `{"code", "message", "details"}`.
 
-Domain errors raised by services (`pool.errors.DomainError` and subclasses) map to 400/403/404/409
+Domain errors raised by services (`core.errors.DomainError` and subclasses) map to 400/403/404/409
 with their own code; DRF and Django errors keep their status with a stable code. Errors raised
 before a request reaches DRF (an unknown URL, a bad Host header, a body over the size limit) are
 answered by the Django-level handlers below, with the same body for every path under /api/.
@@ -19,7 +19,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from pool.errors import DomainError
+from core.errors import DomainError
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """drf-spectacular's AutoSchema, overridden only where it is wrong for us: it does not know that
-every operation can answer with the one error body (pool.api.errors), so clients and schemathesis
+every operation can answer with the one error body (core.api.errors), so clients and schemathesis
 would see undocumented 4xx responses."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
-from pool.api.errors import PayloadTooLarge
-from pool.api.schema import GpupoolAutoSchema
+from core.api.errors import PayloadTooLarge
+from core.api.schema import GpupoolAutoSchema
 
 
 def check_body_size(request: Request) -> None:

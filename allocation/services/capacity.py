@@ -8,14 +8,16 @@ shown before anything is written.
   limit in the pool its GPUs now belong to, preempted or granted by the next scheduling pass (the
   real policy is run on the snapshot the engine would build after the move), or just running on.
 
-Leases on moved GPUs keep running (`capacity_move` never ends them). Their hosts are cordoned
-first (mode "keep") or drained (mode "drain": the leases are preempted with notice), so that the
-target pool never treats GPUs still held by another pool's lease as free. A held GPU picked alone,
-without its whole host, cannot be fenced off that way (there is no per-GPU cordon): the preview
-blocks the move and says how to proceed.
+Leases on moved GPUs keep running (a move never ends them). Their hosts are cordoned first (mode
+"keep") or drained (mode "drain": the leases are preempted with notice). A held GPU picked alone,
+without its whole host, cannot be fenced off that way (there is no per-GPU cordon): the dashboard's
+preview blocks the move and says how to proceed (`held_alone="block"`), while the API's one-GPU move
+lets the lease keep it until it ends (`held_alone="follow_lease"`; the engine never grants a GPU
+that a lease of another pool still holds).
 
-`capacity_move_confirm` recomputes the preview under the pools' scheduling locks and performs the
-move only if it still matches what the admin saw (its fingerprint).
+`capacity_move` is the one write, for the API and the dashboard alike: it recomputes the preview
+under the pools' scheduling locks and performs the move only if it is allowed and still matches
+what the admin saw (its fingerprint, when one is given).
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from allocation.engine import build_snapshot, lock_pool
+from allocation.leases import audit
 from allocation.models import Lease, LeaseGpu, Quota
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
-from allocation.services_admin import capacity_move, host_admin_action
+from allocation.services.admin import host_admin_action
+from allocation.triggers import request_pass
+from core.errors import Conflict, DomainError
 from inventory.choices import AdminState
 from inventory.models import Gpu, Host, Pool
-from inventory.selectors import pool_list
-from pool.errors import Conflict, DomainError
+from inventory.selectors import capacity_units, pool_list
+from inventory.services import gpus_move
 
 MODES = {"keep": "cordon", "drain": "drain"}  # preview mode -> host action taken before the move
+HELD_ALONE = ("block", "follow_lease")  # what a held GPU picked without its host does to the move
 OUTCOMES = {
     "preempted": "preempted by the drain",
     "preempted_next_pass": "preempted at the next pass",
@@ -128,11 +134,13 @@ def _selected_gpus(gpu_ids: Sequence[int], host_ids: Sequence[int]) -> list[Gpu]
 
 
 def _units(gpus: Sequence[Gpu]) -> dict[int, int]:
-    """Capacity units per GPU, as `pool_list` counts them: a MIG GPU counts by its present slices."""
-    slices = Counter(Gpu.objects.filter(parent_id__in=[g.pk for g in gpus]).values_list("parent_id", flat=True))
-    present = Counter(Gpu.objects.filter(parent_id__in=[g.pk for g in gpus], gone=False)
-                      .values_list("parent_id", flat=True))
-    return {g.pk: (present[g.pk] if slices[g.pk] else 1) for g in gpus}
+    """Capacity units per top-level GPU, by the one definition of capacity (`capacity_units`): a
+    GPU counts once, a MIG GPU by its present slices."""
+    ids = [g.pk for g in gpus]
+    units: Counter[int] = Counter()
+    for pk, parent_id in capacity_units().filter(Q(pk__in=ids) | Q(parent_id__in=ids)).values_list("pk", "parent_id"):
+        units[parent_id or pk] += 1
+    return {g.pk: units[g.pk] for g in gpus}
 
 
 def _next_pass(snapshot: Snapshot) -> Decisions:
@@ -144,13 +152,16 @@ def _fingerprint(*parts: object) -> str:
 
 
 def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Sequence[int] = (),
-                     mode: str = "keep") -> CapacityPreview:
+                     mode: str = "keep", held_alone: str = "block") -> CapacityPreview:
     """What moving the given GPUs and whole hosts to `pool` would do; writes nothing.
 
     GPUs already in `pool`, MIG slices (they follow their GPU) and vanished GPUs are left out.
     An empty selection gives an empty preview that cannot be confirmed."""
     if mode not in MODES:
         raise DomainError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}", code="invalid_mode")
+    if held_alone not in HELD_ALONE:
+        raise DomainError(f"unknown held_alone {held_alone!r}; use one of {', '.join(HELD_ALONE)}",
+                          code="invalid_mode")
     now = timezone.now()
     whole = set(Host.objects.filter(pk__in=list(host_ids)).values_list("pk", flat=True))
     picked = _selected_gpus(gpu_ids, host_ids)
@@ -172,8 +183,10 @@ def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Seque
             fence.add(host_id)
         else:
             loose[(str(lease_id), host_name)] += 1
+    loose_held = sorted(loose.items())
     blocked = [f"{n} picked GPU(s) on {host_name} are held by lease {lid[:8]}: select the whole host {host_name} "
-               "(to cordon or drain it), or wait until the lease ends" for (lid, host_name), n in sorted(loose.items())]
+               "(to cordon or drain it), or wait until the lease ends"
+               for (lid, host_name), n in loose_held] if held_alone == "block" else []
     leases = {str(x.pk): x for x in Lease.objects.filter(pk__in=list(moved_by_lease))
               .select_related("team", "pool", "priority_class", "host")}
 
@@ -197,7 +210,9 @@ def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Seque
     if moving and not blocked:
         impacts += _next_pass_impacts(affected, pool, all_moving, fence, drained, now, exclude=set(leases))
 
-    notes = []
+    notes = [f"{n} picked GPU(s) on {host_name} are held by lease {lid[:8]}: it keeps them until it ends, and "
+             f"pool {pool.name} cannot grant them before" for (lid, host_name), n in loose_held
+             ] if held_alone == "follow_lease" else []
     if already:
         notes.append(f"{len(already)} selected GPU(s) are already in pool {pool.name} and are left out.")
     if fence:
@@ -320,20 +335,20 @@ class CapacityMoveResult:
     preview: CapacityPreview
 
 
-def capacity_move_confirm(*, pool: Pool, actor: str, gpu_ids: Sequence[int] = (), host_ids: Sequence[int] = (),
-                          mode: str = "keep", fingerprint: str = "") -> CapacityMoveResult:
-    """Perform the move the admin previewed: cordon (or drain) the whole hosts that hold leases,
-    then move the GPUs (audited by the services called).
+def capacity_move(*, pool: Pool, actor: str, gpu_ids: Sequence[int] = (), host_ids: Sequence[int] = (),
+                  mode: str = "keep", fingerprint: str = "", held_alone: str = "block") -> CapacityMoveResult:
+    """Move GPUs and whole hosts to `pool` as previewed: cordon (or drain) the whole hosts that hold
+    leases, then move the GPUs with their MIG slices; audited, and each affected pool gets a pass.
 
-    Raises Conflict when the move is blocked, or when the fleet changed since the preview
-    (`fingerprint` no longer matches); DomainError when nothing would move."""
+    The pools' scheduling locks are held from the check to the write, so no pass grants on these
+    GPUs in between. Raises Conflict when the move is blocked, or when the fleet changed since the
+    preview (`fingerprint`, when given, no longer matches); DomainError when nothing would move."""
     sources = set(Gpu.objects.filter(Q(pk__in=list(gpu_ids)) | Q(host_id__in=list(host_ids)))
                   .values_list("pool_id", flat=True))
     with transaction.atomic():
-        # The pools' scheduling locks: no pass may grant on these GPUs between check and move.
-        for pool_id in sorted(sources | {pool.pk}):
+        for pool_id in sorted(sources | {pool.pk}):  # always in id order: two moves never deadlock
             lock_pool(pool_id)
-        preview = capacity_preview(pool=pool, gpu_ids=gpu_ids, host_ids=host_ids, mode=mode)
+        preview = capacity_preview(pool=pool, gpu_ids=gpu_ids, host_ids=host_ids, mode=mode, held_alone=held_alone)
         if preview.blocked:
             raise Conflict(preview.blocked[0], code="move_blocked")
         if not preview.gpu_ids:
@@ -341,15 +356,31 @@ def capacity_move_confirm(*, pool: Pool, actor: str, gpu_ids: Sequence[int] = ()
         if fingerprint and fingerprint != preview.fingerprint:
             raise Conflict("the fleet or its leases changed since the preview; review the new preview",
                            code="preview_stale")
-        fenced = []
-        verb = MODES[mode]
-        for host in Host.objects.filter(pk__in=preview.fence_host_ids).order_by("name"):
-            wanted = AdminState.DRAINING if verb == "drain" else AdminState.CORDONED
-            if host.admin_state != wanted and host.admin_state != AdminState.DRAINING:
-                host_admin_action(host=host, verb=verb, actor=actor)
-            fenced.append(host.name)
-        moved = capacity_move(gpu_ids=list(preview.gpu_ids), pool=pool, actor=actor)
+        fenced = _fence_hosts(preview, actor)
+        moved = _move_gpus(list(preview.gpu_ids), pool, actor)
     return CapacityMoveResult(moved=moved, fenced_hosts=tuple(fenced), preview=preview)
+
+
+def _fence_hosts(preview: CapacityPreview, actor: str) -> list[str]:
+    """Cordon (mode keep) or drain the whole hosts that hold leases; a draining host stays draining."""
+    verb = MODES[preview.mode]
+    wanted = AdminState.DRAINING if verb == "drain" else AdminState.CORDONED
+    fenced = []
+    for host in Host.objects.filter(pk__in=preview.fence_host_ids).order_by("name"):
+        if host.admin_state not in (wanted, AdminState.DRAINING):
+            host_admin_action(host=host, verb=verb, actor=actor)
+        fenced.append(host.name)
+    return fenced
+
+
+def _move_gpus(gpu_ids: Sequence[int], pool: Pool, actor: str) -> int:
+    sources = set(Gpu.objects.filter(pk__in=gpu_ids).values_list("pool_id", flat=True))
+    moved = gpus_move(gpus=Gpu.objects.filter(pk__in=gpu_ids), pool=pool)
+    audit(actor=actor, action="capacity.move", obj=pool, message=f"moved {moved} GPU(s) to pool {pool.name}",
+          data={"gpu_ids": list(gpu_ids), "to": pool.name}).save()
+    for pool_id in sources | {pool.pk}:
+        transaction.on_commit(lambda pid=pool_id: request_pass(pid))
+    return moved
 
 
 def lease_outcome_counts(preview: CapacityPreview) -> list[tuple[str, str, int]]:
