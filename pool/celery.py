@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
@@ -40,3 +41,26 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
 
 
 app.conf.beat_schedule = _beat_schedule()
+
+
+@worker_init.connect
+def _serve_worker_metrics(**_: object) -> None:
+    """Task metrics of a worker on `GPUPOOL_WORKER_METRICS_PORT` (unset: not served).
+
+    A prefork worker runs tasks in child processes: set `PROMETHEUS_MULTIPROC_DIR` (an empty
+    directory per worker) so the children's counters are summed here; a solo or threads pool
+    serves its own counters."""
+    port = os.environ.get("GPUPOOL_WORKER_METRICS_PORT")
+    if not port:
+        return
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from core.tasks import TASK_METRICS
+
+    registry = TASK_METRICS
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    start_http_server(int(port), registry=registry)

@@ -21,9 +21,12 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def metrics(request: HttpRequest) -> HttpResponse:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+    from core.tasks import TASK_METRICS
     from pool.metrics import registry
 
-    return HttpResponse(generate_latest(registry()), content_type=CONTENT_TYPE_LATEST)
+    # The pool gauges, then the task metrics of this process (tasks run here in embedded mode).
+    body = generate_latest(registry()) + generate_latest(TASK_METRICS)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
 def not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:

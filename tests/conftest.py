@@ -37,6 +37,30 @@ def _no_event_passes(settings: Any) -> None:
     settings.GPUPOOL = {**settings.GPUPOOL, "AUTOSCHEDULE": False}
 
 
+def _clear_cache() -> None:
+    """Django's cache entries only: on Redis the test database also holds the Celery broker's
+    queues and the lease event stream, which a FLUSHDB would pull from under a running worker."""
+    from django.core.cache import cache
+
+    if "Redis" not in type(cache).__name__:
+        cache.clear()
+        return
+    client = cache._cache.get_client(write=True)
+    keys = list(client.scan_iter(match=f"{cache.key_prefix}:*:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Every test starts with an empty cache (throttle counters, capacity profiles, cached tokens):
+    what one test leaves there must not decide another's outcome."""
+    from core.api.auth import clear_token_cache
+
+    _clear_cache()
+    clear_token_cache()
+
+
 @pytest.fixture(autouse=True)
 def _no_lease_rate_limit(settings: Any) -> None:
     """The per-user lease throttle counts in the cache, which outlives a test, and on SQLite user
