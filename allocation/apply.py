@@ -6,6 +6,7 @@ limit 8 → 16"); applying the same file twice returns an empty list the second 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -45,90 +46,17 @@ def _check_references(cfg: Config) -> None:
 
 def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = False,
                  dry_run: bool = False) -> list[str]:
-    """Create or update everything the config names (delete nothing unless `prune`)."""
+    """Create or update everything the config names (delete nothing unless `prune`), in one
+    transaction, audited as one event; returns the changes in words ("+ pool p", "~ quota …")."""
     _check_references(cfg)
     changes: list[str] = []
     with transaction.atomic():
-        pools = {p.name: p for p in Pool.objects.all()}
-        for spec in cfg.pools:
-            pool = pools.get(spec.name)
-            if pool is None:
-                pools[spec.name] = Pool.objects.create(name=spec.name, description=spec.description)
-                changes.append(f"+ pool {spec.name}")
-            elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
-                pool.save()
-
-        teams = {t.name: t for t in Team.objects.prefetch_related("members")}
-        User = get_user_model()
-        for spec in cfg.teams:
-            team = teams.get(spec.name)
-            if team is None:
-                team = teams[spec.name] = Team.objects.create(name=spec.name, weight=spec.weight)
-                changes.append(f"+ team {spec.name}")
-            elif _set(team, {"weight": spec.weight}, f"team {spec.name}", changes):
-                team.save()
-            current = {u.username for u in team.members.all()}
-            for name in sorted(set(spec.members) - current):
-                user, created = User.objects.get_or_create(username=name)
-                if created:
-                    user.set_unusable_password()
-                    user.save()
-                team.members.add(user)
-                changes.append(f"+ member {name} of team {spec.name}")
-
-        quotas = {(q.team.name, q.pool.name): q for q in Quota.objects.select_related("team", "pool")}
-        for spec in cfg.quotas:
-            quota = quotas.get((spec.team, spec.pool))
-            values = {"guaranteed": spec.guaranteed, "limit": spec.limit}
-            if quota is None:
-                Quota.objects.create(team=teams[spec.team], pool=pools[spec.pool], **values)
-                changes.append(f"+ quota {spec.team}@{spec.pool}: guaranteed {spec.guaranteed}, "
-                               f"limit {spec.limit if spec.limit is not None else 'none'}")
-            elif _set(quota, values, f"quota {spec.team}@{spec.pool}", changes):
-                quota.save()
-
-        classes = {c.name: c for c in PriorityClass.objects.all()}
-        for spec in cfg.priority_classes:
-            values = {"value": spec.value, "preemptible": spec.preemptible,
-                      "min_runtime_s": spec.min_runtime_s, "grace_s": spec.grace_s}
-            pc = classes.get(spec.name)
-            if pc is None:
-                PriorityClass.objects.create(name=spec.name, **values)
-                changes.append(f"+ priority class {spec.name} (value {spec.value})")
-            elif _set(pc, values, f"priority class {spec.name}", changes):
-                pc.save()
-
-        if cfg.scheduler is not None:
-            sched = SchedulerSettings.current()
-            values = {"fair_share_half_life_hours": cfg.scheduler.fair_share_half_life_hours,
-                      "pass_interval_s": cfg.scheduler.pass_interval_s}
-            if sched._state.adding:
-                for key, value in values.items():
-                    setattr(sched, key, value)
-                sched.save()
-                changes.append("+ scheduler settings")
-            elif _set(sched, values, "scheduler", changes):
-                sched.save()
-
-        sources = {s.name: s for s in Source.objects.all()}
-        for spec in cfg.sources:
-            options = dict(spec.options)
-            secret = options.pop("private_key", "")
-            values = {"kind": spec.kind, "pool": pools[spec.pool], "config": options,
-                      "interval_s": spec.interval_s}
-            src = sources.get(spec.name)
-            if src is None:
-                Source.objects.create(name=spec.name, secret=encrypt(secret), **values)
-                changes.append(f"+ source {spec.name} ({spec.kind})")
-            else:
-                dirty = _set(src, values, f"source {spec.name}", changes)
-                if secret and decrypt(src.secret) != secret:
-                    src.secret = encrypt(secret)
-                    changes.append(f"~ source {spec.name}: private key replaced")
-                    dirty = True
-                if dirty:
-                    src.save()
-
+        pools = _apply_pools(cfg, changes)
+        teams = _apply_teams(cfg, changes)
+        _apply_quotas(cfg, teams, pools, changes)
+        _apply_priority_classes(cfg, changes)
+        _apply_scheduler(cfg, changes)
+        _apply_sources(cfg, pools, changes)
         if prune:
             changes.extend(_prune(cfg))
         if changes:
@@ -137,6 +65,107 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
         if dry_run:
             transaction.set_rollback(True)
     return changes
+
+
+def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
+    pools = {p.name: p for p in Pool.objects.all()}
+    for spec in cfg.pools:
+        pool = pools.get(spec.name)
+        if pool is None:
+            pools[spec.name] = Pool.objects.create(name=spec.name, description=spec.description)
+            changes.append(f"+ pool {spec.name}")
+        elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
+            pool.save()
+    return pools
+
+
+def _apply_teams(cfg: Config, changes: list[str]) -> dict[str, Team]:
+    teams = {t.name: t for t in Team.objects.prefetch_related("members")}
+    for spec in cfg.teams:
+        team = teams.get(spec.name)
+        if team is None:
+            team = teams[spec.name] = Team.objects.create(name=spec.name, weight=spec.weight)
+            changes.append(f"+ team {spec.name}")
+        elif _set(team, {"weight": spec.weight}, f"team {spec.name}", changes):
+            team.save()
+        _add_members(team, spec.members, changes)
+    return teams
+
+
+def _add_members(team: Team, members: Sequence[str], changes: list[str]) -> None:
+    """Members named in the config join the team (users are created without a password: they log
+    in through whatever the deployment configures); members not named are left alone."""
+    user_model = get_user_model()
+    current = {u.username for u in team.members.all()}
+    for name in sorted(set(members) - current):
+        user, created = user_model.objects.get_or_create(username=name)
+        if created:
+            user.set_unusable_password()
+            user.save()
+        team.members.add(user)
+        changes.append(f"+ member {name} of team {team.name}")
+
+
+def _apply_quotas(cfg: Config, teams: dict[str, Team], pools: dict[str, Pool], changes: list[str]) -> None:
+    quotas = {(q.team.name, q.pool.name): q for q in Quota.objects.select_related("team", "pool")}
+    for spec in cfg.quotas:
+        quota = quotas.get((spec.team, spec.pool))
+        values = {"guaranteed": spec.guaranteed, "limit": spec.limit}
+        if quota is None:
+            Quota.objects.create(team=teams[spec.team], pool=pools[spec.pool], **values)
+            changes.append(f"+ quota {spec.team}@{spec.pool}: guaranteed {spec.guaranteed}, "
+                           f"limit {spec.limit if spec.limit is not None else 'none'}")
+        elif _set(quota, values, f"quota {spec.team}@{spec.pool}", changes):
+            quota.save()
+
+
+def _apply_priority_classes(cfg: Config, changes: list[str]) -> None:
+    classes = {c.name: c for c in PriorityClass.objects.all()}
+    for spec in cfg.priority_classes:
+        values = {"value": spec.value, "preemptible": spec.preemptible,
+                  "min_runtime_s": spec.min_runtime_s, "grace_s": spec.grace_s}
+        pc = classes.get(spec.name)
+        if pc is None:
+            PriorityClass.objects.create(name=spec.name, **values)
+            changes.append(f"+ priority class {spec.name} (value {spec.value})")
+        elif _set(pc, values, f"priority class {spec.name}", changes):
+            pc.save()
+
+
+def _apply_scheduler(cfg: Config, changes: list[str]) -> None:
+    if cfg.scheduler is None:
+        return
+    sched = SchedulerSettings.current()
+    values = {"fair_share_half_life_hours": cfg.scheduler.fair_share_half_life_hours,
+              "pass_interval_s": cfg.scheduler.pass_interval_s}
+    if sched._state.adding:
+        for key, value in values.items():
+            setattr(sched, key, value)
+        sched.save()
+        changes.append("+ scheduler settings")
+    elif _set(sched, values, "scheduler", changes):
+        sched.save()
+
+
+def _apply_sources(cfg: Config, pools: dict[str, Pool], changes: list[str]) -> None:
+    sources = {s.name: s for s in Source.objects.all()}
+    for spec in cfg.sources:
+        options = dict(spec.options)
+        secret = options.pop("private_key", "")
+        values = {"kind": spec.kind, "pool": pools[spec.pool], "config": options,
+                  "interval_s": spec.interval_s}
+        src = sources.get(spec.name)
+        if src is None:
+            Source.objects.create(name=spec.name, secret=encrypt(secret), **values)
+            changes.append(f"+ source {spec.name} ({spec.kind})")
+            continue
+        dirty = _set(src, values, f"source {spec.name}", changes)
+        if secret and decrypt(src.secret) != secret:
+            src.secret = encrypt(secret)
+            changes.append(f"~ source {spec.name}: private key replaced")
+            dirty = True
+        if dirty:
+            src.save()
 
 
 def _prune(cfg: Config) -> list[str]:

@@ -7,7 +7,7 @@ collected (not raised one by one) so a user sees every problem of a file at once
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,82 +206,90 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
         if key not in TOP_KEYS:
             chk.error((key,), f"unknown key '{key}' (allowed: {', '.join(sorted(TOP_KEYS))})")
 
-    seen: set[Any] = set()
-    for path, item in chk.entries(data, "pools"):
-        if chk.keys(path, item, {"name", "description"}, {"name"}):
-            name = chk.name((*path, "name"), item["name"], "pool name")
-            desc = item.get("description", "")
-            if not isinstance(desc, str):
-                chk.error((*path, "description"), "description must be a string")
-            elif name:
-                chk.unique(path, seen, name, "pool")
-                cfg.pools.append(PoolSpec(name, desc))
-
-    seen = set()
-    for path, item in chk.entries(data, "teams"):
-        if chk.keys(path, item, {"name", "weight", "members"}, {"name"}):
-            name = chk.name((*path, "name"), item["name"], "team name")
-            weight = chk.number((*path, "weight"), item.get("weight", 1), "weight")
-            members = item.get("members", [])
-            if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
-                chk.error((*path, "members"), "members must be a list of user names")
-                members = None
-            if name and weight is not None and members is not None:
-                chk.unique(path, seen, name, "team")
-                cfg.teams.append(TeamSpec(name, weight, tuple(members)))
-
-    seen = set()
-    for path, item in chk.entries(data, "quotas"):
-        if chk.keys(path, item, {"team", "pool", "guaranteed", "limit"}, {"team", "pool"}):
-            team = chk.name((*path, "team"), item["team"], "team")
-            pool = chk.name((*path, "pool"), item["pool"], "pool")
-            guaranteed = chk.integer((*path, "guaranteed"), item.get("guaranteed", 0), "guaranteed")
-            limit = chk.integer((*path, "limit"), item.get("limit"), "limit", nullable=True)
-            if guaranteed is not None and limit is not None and limit < guaranteed:
-                chk.error((*path, "limit"), f"limit {limit} is below guaranteed {guaranteed}")
-            elif team and pool and guaranteed is not None and (limit is not None or item.get("limit") is None):
-                chk.unique(path, seen, (team, pool), "quota for team/pool")
-                cfg.quotas.append(QuotaSpec(team, pool, guaranteed, limit))
-
-    seen = set()
-    for path, item in chk.entries(data, "priority_classes"):
-        allowed = {"name", "value", "preemptible", "min_runtime_s", "grace_s"}
-        if chk.keys(path, item, allowed, {"name"}):
-            name = chk.name((*path, "name"), item["name"], "priority class name")
-            value = item.get("value", 0)
-            if isinstance(value, bool) or not isinstance(value, int):
-                chk.error((*path, "value"), f"value must be an integer, got {value!r}")
-                value = None
-            preemptible = chk.boolean((*path, "preemptible"), item.get("preemptible", False), "preemptible")
-            min_rt = chk.integer((*path, "min_runtime_s"), item.get("min_runtime_s", 0), "min_runtime_s")
-            grace = chk.integer((*path, "grace_s"), item.get("grace_s", 30), "grace_s")
-            if name and value is not None and None not in (preemptible, min_rt, grace):
-                chk.unique(path, seen, name, "priority class")
-                cfg.priority_classes.append(PriorityClassSpec(name, value, bool(preemptible),
-                                                              int(min_rt), int(grace)))  # type: ignore[arg-type]
-
-    sched = data.get("scheduler")
-    if sched is not None:
-        if not isinstance(sched, dict):
-            chk.error(("scheduler",), "scheduler must be a mapping")
-        elif chk.keys(("scheduler",), sched, {"fair_share_half_life_hours", "pass_interval_s"}, set()):
-            hl = chk.number(("scheduler", "fair_share_half_life_hours"),
-                            sched.get("fair_share_half_life_hours", 168), "fair_share_half_life_hours")
-            pi = chk.number(("scheduler", "pass_interval_s"), sched.get("pass_interval_s", 10),
-                            "pass_interval_s")
-            if hl is not None and pi is not None:
-                cfg.scheduler = SchedulerSpec(hl, pi)
-
-    seen = set()
-    for path, item in chk.entries(data, "sources"):
-        _check_source(chk, path, item, seen, cfg)
+    for section, check in _SECTIONS:
+        seen: set[Any] = set()
+        for path, item in chk.entries(data, section):
+            check(chk, path, item, seen, cfg)
+    _check_scheduler(chk, data.get("scheduler"), cfg)
 
     if chk.errors:
         raise ConfigError(chk.errors)
     return cfg
 
 
-def _check_source(chk: _Checker, path: tuple[Any, ...], item: dict, seen: set[Any],
+def _check_pool(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
+    if not chk.keys(path, item, {"name", "description"}, {"name"}):
+        return
+    name = chk.name((*path, "name"), item["name"], "pool name")
+    desc = item.get("description", "")
+    if not isinstance(desc, str):
+        chk.error((*path, "description"), "description must be a string")
+    elif name:
+        chk.unique(path, seen, name, "pool")
+        cfg.pools.append(PoolSpec(name, desc))
+
+
+def _check_team(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
+    if not chk.keys(path, item, {"name", "weight", "members"}, {"name"}):
+        return
+    name = chk.name((*path, "name"), item["name"], "team name")
+    weight = chk.number((*path, "weight"), item.get("weight", 1), "weight")
+    members = item.get("members", [])
+    if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
+        chk.error((*path, "members"), "members must be a list of user names")
+        members = None
+    if name and weight is not None and members is not None:
+        chk.unique(path, seen, name, "team")
+        cfg.teams.append(TeamSpec(name, weight, tuple(members)))
+
+
+def _check_quota(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
+    if not chk.keys(path, item, {"team", "pool", "guaranteed", "limit"}, {"team", "pool"}):
+        return
+    team = chk.name((*path, "team"), item["team"], "team")
+    pool = chk.name((*path, "pool"), item["pool"], "pool")
+    guaranteed = chk.integer((*path, "guaranteed"), item.get("guaranteed", 0), "guaranteed")
+    limit = chk.integer((*path, "limit"), item.get("limit"), "limit", nullable=True)
+    if guaranteed is not None and limit is not None and limit < guaranteed:
+        chk.error((*path, "limit"), f"limit {limit} is below guaranteed {guaranteed}")
+    elif team and pool and guaranteed is not None and (limit is not None or item.get("limit") is None):
+        chk.unique(path, seen, (team, pool), "quota for team/pool")
+        cfg.quotas.append(QuotaSpec(team, pool, guaranteed, limit))
+
+
+def _check_priority_class(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any],
+                          cfg: Config) -> None:
+    if not chk.keys(path, item, {"name", "value", "preemptible", "min_runtime_s", "grace_s"}, {"name"}):
+        return
+    name = chk.name((*path, "name"), item["name"], "priority class name")
+    value = item.get("value", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        chk.error((*path, "value"), f"value must be an integer, got {value!r}")
+        value = None
+    preemptible = chk.boolean((*path, "preemptible"), item.get("preemptible", False), "preemptible")
+    min_rt = chk.integer((*path, "min_runtime_s"), item.get("min_runtime_s", 0), "min_runtime_s")
+    grace = chk.integer((*path, "grace_s"), item.get("grace_s", 30), "grace_s")
+    if name and value is not None and preemptible is not None and min_rt is not None and grace is not None:
+        chk.unique(path, seen, name, "priority class")
+        cfg.priority_classes.append(PriorityClassSpec(name, value, preemptible, min_rt, grace))
+
+
+def _check_scheduler(chk: _Checker, sched: Any, cfg: Config) -> None:
+    if sched is None:
+        return
+    if not isinstance(sched, dict):
+        chk.error(("scheduler",), "scheduler must be a mapping")
+        return
+    if not chk.keys(("scheduler",), sched, {"fair_share_half_life_hours", "pass_interval_s"}, set()):
+        return
+    hl = chk.number(("scheduler", "fair_share_half_life_hours"),
+                    sched.get("fair_share_half_life_hours", 168), "fair_share_half_life_hours")
+    pi = chk.number(("scheduler", "pass_interval_s"), sched.get("pass_interval_s", 10), "pass_interval_s")
+    if hl is not None and pi is not None:
+        cfg.scheduler = SchedulerSpec(hl, pi)
+
+
+def _check_source(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any],
                   cfg: Config) -> None:
     for key in sorted({"name", "kind", "pool"} - set(item)):
         chk.error(path, f"missing required key '{key}'")
@@ -305,6 +313,16 @@ def _check_source(chk: _Checker, path: tuple[Any, ...], item: dict, seen: set[An
     if name and pool and interval is not None and not problems:
         chk.unique(path, seen, name, "source")
         cfg.sources.append(SourceSpec(name, str(item["kind"]), pool, interval, options))
+
+
+# Each list section of the file and the check that turns one entry into its spec, in file order.
+_SECTIONS: tuple[tuple[str, Callable[[_Checker, tuple[Any, ...], dict[str, Any], set[Any], Config], None]], ...] = (
+    ("pools", _check_pool),
+    ("teams", _check_team),
+    ("quotas", _check_quota),
+    ("priority_classes", _check_priority_class),
+    ("sources", _check_source),
+)
 
 
 def load_config_file(path: str | Path) -> Config:
