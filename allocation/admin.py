@@ -112,7 +112,7 @@ def release_leases(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset:
 class LeaseGpuInline(admin.TabularInline):
     model = LeaseGpu
     fields = ["gpu", "active"]
-    readonly_fields = fields
+    readonly_fields = ["gpu", "active"]
     extra = 0
     can_delete = False
 

@@ -175,13 +175,14 @@ def _prune(cfg: Config) -> list[str]:
         if (q.team.name, q.pool.name) not in keep_q:
             q.delete()
             changes.append(f"- quota {q.team.name}@{q.pool.name}")
-    for model, names, label in ((Source, {s.name for s in cfg.sources}, "source"),
-                                (PriorityClass, {p.name for p in cfg.priority_classes}, "priority class")):
-        for obj in model.objects.exclude(name__in=names):
-            if label == "priority class" and obj.leases.exists():
-                continue  # still referenced by lease history
-            obj.delete()
-            changes.append(f"- {label} {obj.name}")
+    for source in Source.objects.exclude(name__in={s.name for s in cfg.sources}):
+        source.delete()
+        changes.append(f"- source {source.name}")
+    for pc in PriorityClass.objects.exclude(name__in={p.name for p in cfg.priority_classes}):
+        if pc.leases.exists():
+            continue  # still referenced by lease history
+        pc.delete()
+        changes.append(f"- priority class {pc.name}")
     return changes
 
 

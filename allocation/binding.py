@@ -158,7 +158,8 @@ def bindings_observe() -> dict[str, int]:
     from allocation.triggers import request_unbind
 
     for lease in stuck:
-        if (now - lease.ending_since).total_seconds() > lease.priority_class.grace_s + 30:
+        ending_since = lease.ending_since
+        if ending_since is not None and (now - ending_since).total_seconds() > lease.priority_class.grace_s + 30:
             request_unbind(lease.pk)
     return counts
 

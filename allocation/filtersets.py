@@ -2,6 +2,7 @@
 parameters: `?state=pending&state=granted`."""
 
 import django_filters
+from django.db.models import QuerySet
 
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, Quota
@@ -24,7 +25,7 @@ class LeaseFilterSet(StrictFilterSet):
         model = Lease
         fields = ["state", "active", "team", "pool", "user", "host", "priority_class"]
 
-    def filter_active(self, queryset, name, value):  # type: ignore[no-untyped-def]
+    def filter_active(self, queryset: QuerySet[Lease], name: str, value: bool) -> QuerySet[Lease]:
         active = ("pending", "granted", "bound")
         return queryset.filter(state__in=active) if value else queryset.exclude(state__in=active)
 

@@ -115,6 +115,7 @@ def rebuild_ledger(now: datetime) -> int:
         "team_id", "gpu_count", "granted_at", "ended_at")
     count = 0
     for team_id, gpus, granted, ended in rows.iterator():
+        assert granted is not None and ended is not None  # filtered above; the stubs cannot tell
         totals[team_id] = totals.get(team_id, 0.0) + decayed_interval(
             gpus, granted.timestamp(), ended.timestamp(), t, h)
         count += 1

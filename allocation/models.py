@@ -18,6 +18,11 @@ class Team(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     weight = models.FloatField(default=1.0, help_text="Fair-share weight.")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+    # Not columns: set on the instances by the reads that list teams (API, admin).
+    fair_share: float
+    decayed_usage_gpu_hours: float
+    gpus_held: int
+    n_members: int
 
     class Meta:
         ordering = ["name"]
@@ -33,6 +38,10 @@ class Quota(models.Model):
     guaranteed = models.PositiveIntegerField(default=0)
     limit = models.PositiveIntegerField(null=True, blank=True,
                                         help_text="Ceiling; empty means it may borrow all idle GPUs.")
+    # Not columns: set on the instances by `allocation.selectors.quota_list`.
+    used: int
+    borrowed: int
+    pending: int
 
     class Meta:
         ordering = ["team__name", "pool__name"]

@@ -32,7 +32,9 @@ def one_statement_writes() -> bool:
     return connection.vendor == "postgresql"
 
 
-def _quote(name: str) -> str:
+def _quote(name: str | None) -> str:
+    if name is None:  # a field without a column (a many-to-many): never part of these statements
+        raise ValueError("no column to name")
     return connection.ops.quote_name(name)
 
 

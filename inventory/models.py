@@ -12,6 +12,13 @@ class Pool(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Not columns: capacity counts annotated by `inventory.selectors.pool_list`, pending work set
+    # by the API's pool listing.
+    capacity: int
+    allocated: int
+    free: int
+    pending: int
+    pending_gpus: int
 
     class Meta:
         ordering = ["name"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -143,7 +144,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- gpupool ------------------------------------------------------------------------------------
-GPUPOOL = {
+GPUPOOL: dict[str, Any] = {
     # Run a scheduling pass at once on lease events; 0 leaves it to beat and `manage.py schedule`.
     "AUTOSCHEDULE": env_bool("GPUPOOL_AUTOSCHEDULE", True),
     # Encrypts SSH private keys stored in the database (Fernet, urlsafe base64 32 bytes).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 
 from allocation.api.serializers import AuditEventSerializer
@@ -20,7 +21,7 @@ class AuditEventViewSet(ReadOnlyViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilterSet
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
+    def get_queryset(self) -> QuerySet[AuditEvent]:
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return AuditEvent.objects.none()
         return audit_event_list(user=self.request.user)

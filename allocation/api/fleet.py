@@ -3,7 +3,7 @@ Pool listings gain pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import connection
@@ -33,7 +33,7 @@ class PoolViewSet(inventory_views.PoolViewSet):
             pool_id__in=[p.pk for p in pools], state=LeaseState.PENDING).values("pool_id").annotate(
             n=Count("pk"), gpus=Sum("gpu_count")).order_by()}
         for pool in pools:
-            row = pending.get(pool.pk, {})
+            row: Mapping[str, Any] = pending.get(pool.pk, {})
             pool.pending, pool.pending_gpus = row.get("n", 0), row.get("gpus", 0)
         return pools
 
@@ -83,7 +83,7 @@ class GpuViewSet(inventory_views.GpuViewSet):
         return self.holders([g.pk for g in gpus])
 
     def get_serializer_context(self) -> dict[str, Any]:
-        ctx = super().get_serializer_context()
+        ctx = dict(super().get_serializer_context())
         ctx["gpu_leases"] = getattr(self, "_gpu_leases", {})
         return ctx
 

@@ -134,8 +134,9 @@ def lease_dict(lease: Lease, gpus: Sequence[str] | None = None) -> dict[str, Any
             row[name] = getattr(related, attr) if related is not None else None
     if gpus is not None:
         return _render(row, gpus, [True] * len(gpus))
-    if hasattr(lease, "gpu_uuids"):
-        return _render(row, lease.gpu_uuids, lease.gpu_active)
+    uuids = getattr(lease, "gpu_uuids", None)  # set by selectors.with_gpus
+    if uuids is not None:
+        return _render(row, uuids, getattr(lease, "gpu_active"))  # noqa: B009 (annotation, not a field)
     return render_rows([row])[0]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -13,7 +14,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
-from rest_framework.throttling import UserRateThrottle
+from rest_framework.throttling import BaseThrottle, UserRateThrottle
 
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
 from allocation.api.serializers import (
@@ -37,7 +38,8 @@ class LeaseCreateThrottle(UserRateThrottle):
     scope = "lease_create"
 
     def get_rate(self) -> str | None:
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return None if rate is None else str(rate)
 
 
 @extend_schema_view(
@@ -60,12 +62,12 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     serializer_class = LeaseSerializer
     filterset_class = LeaseFilterSet
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
+    def get_queryset(self) -> QuerySet[Lease]:
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return Lease.objects.none()
         return lease_list(user=self.request.user, related=self.action not in ("list", "events"))
 
-    def get_throttles(self):  # type: ignore[no-untyped-def]
+    def get_throttles(self) -> list[BaseThrottle]:
         return [LeaseCreateThrottle()] if self.action == "create" else super().get_throttles()
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -174,8 +174,8 @@ class LeaseSerializer(serializers.ModelSerializer):
 
 
 class TeamSerializer(serializers.ModelSerializer):
-    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True,
-                                           help_text="User names of the members.")
+    members: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", many=True, read_only=True, help_text="User names of the members.")
     gpus_held = serializers.IntegerField(read_only=True, help_text="GPUs the team holds now, all pools.")
     fair_share = serializers.FloatField(read_only=True,
                                         help_text="Decayed GPU-hours ÷ weight; lower is served first.")

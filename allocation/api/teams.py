@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins
 from rest_framework.request import Request
@@ -30,7 +32,7 @@ class TeamViewSet(ReadOnlyViewSet):
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
+    def get_queryset(self) -> QuerySet[Team]:
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return Team.objects.none()
         return team_list(user=self.request.user)
@@ -64,13 +66,13 @@ class QuotaViewSet(mixins.UpdateModelMixin, ReadOnlyViewSet):
     filterset_class = QuotaFilterSet
     http_method_names = ["get", "patch", "head", "options"]
 
-    def get_queryset(self):  # type: ignore[no-untyped-def]
+    def get_queryset(self) -> QuerySet[Quota]:
         qs = Quota.objects.select_related("team", "pool").order_by("team__name", "pool__name")
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user
             return qs.none()
-        return qs if is_pool_admin(self.request.user) else qs.filter(team__members=self.request.user)
+        return qs if is_pool_admin(self.request.user) else qs.filter(team__members=self.request.user.pk)
 
-    def get_permissions(self):  # type: ignore[no-untyped-def]
+    def get_permissions(self) -> Sequence[Any]:
         return [IsPoolAdmin()] if self.action == "partial_update" else super().get_permissions()
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:

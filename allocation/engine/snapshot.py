@@ -243,12 +243,12 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     pending_views: dict[str, tuple[tuple[Any, ...], RequestView]] = {}
     for r in pending_rows.values():
         request = r[1:15]  # what the view is made of (the explanation is not)
-        hit = memo.pending.get(r.lease_id)
-        if hit is None or hit[0] != request or memo.pool != pool.name:
-            hit = (request, RequestView(r.lease_id, r.team, pool.name, r.gpus, r.priority, r.created_at, r.model,
+        seen = memo.pending.get(r.lease_id)
+        if seen is None or seen[0] != request or memo.pool != pool.name:
+            seen = (request, RequestView(r.lease_id, r.team, pool.name, r.gpus, r.priority, r.created_at, r.model,
                                         r.min_memory_mb, bool(r.same_host), r.min_driver_version,
                                         r.min_cuda_version, float(r.ttl_seconds)))
-        pending_views[r.lease_id] = hit
+        pending_views[r.lease_id] = seen
 
     with _MEMO_LOCK:
         _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, running_views, pending_views)

@@ -3,6 +3,8 @@ in `capacity`)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.db import transaction
 
 from allocation.choices import HOLDING_STATES, LeaseState
@@ -27,7 +29,7 @@ def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
                 lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True,
                           reason=f"host {host.name} drained by {actor}")
                 if lease.binding_status.get("handle"):
-                    transaction.on_commit(lambda pk=lease.pk: request_unbind(pk))
+                    transaction.on_commit(partial(request_unbind, lease.pk))
     return host
 
 

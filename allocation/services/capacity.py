@@ -28,6 +28,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -191,7 +193,7 @@ def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Seque
               .select_related("team", "pool", "priority_class", "host")}
 
     source_ids = {g.pool_id for g in moving}
-    affected = Pool.objects.filter(pk__in=source_ids | {pool.pk}).order_by("name")
+    affected = list(Pool.objects.filter(pk__in=source_ids | {pool.pk}).order_by("name"))
     capacity = {p.pk: p.capacity for p in pool_list().filter(pk__in=[a.pk for a in affected])}
     out_units: Counter[int] = Counter()
     for g in moving:
@@ -266,7 +268,7 @@ def _quota_changes(affected: Sequence[Pool], target: Pool, held: Sequence[tuple]
 
 def _lease_impact(lease: Lease, moved: int, target: Pool, over: dict[tuple[str, str], QuotaChange],
                   drained: bool) -> LeaseImpact:
-    base = {"lease_id": str(lease.pk), "team": lease.team.name, "pool": lease.pool.name,
+    base: dict[str, Any] = {"lease_id": str(lease.pk), "team": lease.team.name, "pool": lease.pool.name,
             "state": lease.state, "gpu_count": lease.gpu_count, "gpus_moved": moved}
     host = lease.host.name if lease.host else "its host"
     if drained:
@@ -379,7 +381,7 @@ def _move_gpus(gpu_ids: Sequence[int], pool: Pool, actor: str) -> int:
     audit(actor=actor, action="capacity.move", obj=pool, message=f"moved {moved} GPU(s) to pool {pool.name}",
           data={"gpu_ids": list(gpu_ids), "to": pool.name}).save()
     for pool_id in sources | {pool.pk}:
-        transaction.on_commit(lambda pid=pool_id: request_pass(pid))
+        transaction.on_commit(partial(request_pass, pool_id))
     return moved
 
 

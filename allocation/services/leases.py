@@ -6,10 +6,10 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
@@ -122,7 +122,7 @@ def _fingerprint(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def lease_create(*, user: AbstractBaseUser, pool: Pool | str, gpus: int, team: str | None = None,
+def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = None,
                  priority_class: str | None = None, model: str = "", min_memory_mb: int = 0,
                  min_driver_version: str = "", min_cuda_version: str = "",
                  ttl_seconds: int | None = None, same_host: bool = True,
@@ -277,7 +277,7 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                 if lease.ending_since:
                     from allocation.triggers import request_unbind
 
-                    transaction.on_commit(lambda pk=lease.pk: request_unbind(pk))
+                    transaction.on_commit(partial(request_unbind, lease.pk))
     grace = timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"])
     lost = Lease.objects.filter(state__in=HOLDING_STATES, host__state=HostState.OFFLINE,
                                 host__offline_since__lte=now - grace).values_list("pk", flat=True)
@@ -288,8 +288,8 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                                    gpu_links__active=True)
               .exclude(binding_status__has_key="handle")
               .select_related("priority_class").distinct())
-    due = [lease for lease in ending
-           if lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
+    due = [lease for lease in ending if lease.ending_since is not None
+           and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
     if due:
         counts["freed"] = lease_free_gpus([lease.pk for lease in due])
         pools.update(lease.pool_id for lease in due)

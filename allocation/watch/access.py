@@ -55,7 +55,7 @@ def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
             from importlib import import_module
 
             store = import_module(settings.SESSION_ENGINE).SessionStore(key)
-            user = get_user(_SessionRequest(store))
+            user = get_user(_SessionRequest(store))  # type: ignore[arg-type]  # it reads request.session only
     if user is None or not user.is_active or not user.is_authenticated:
         return None
     teams = frozenset(user.teams.values_list("pk", flat=True))

@@ -118,10 +118,11 @@ class Feed:
     def redis(self) -> Any:
         from django.conf import settings
 
-        if self._redis is None and getattr(settings, "REDIS_URL", None):
+        url = getattr(settings, "REDIS_URL", None)
+        if self._redis is None and url:
             import redis.asyncio as aioredis
 
-            self._redis = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2,
+            self._redis = aioredis.Redis.from_url(url, socket_connect_timeout=2,
                                                   socket_timeout=BLOCK_MS / 1000 + 5)
         return self._redis
 
@@ -211,13 +212,13 @@ class Feed:
                     return out
                 cursor = int(rows[-1][0])
         out = []
-        cursor = f"({since}"
+        after = f"({since}"  # exclusive range start
         while True:
-            entries = await client.xrange(STREAM, min=cursor, max=until, count=BATCH)
+            entries = await client.xrange(STREAM, min=after, max=until, count=BATCH)
             out.extend((_s(i), _change(f)) for i, f in entries)
             if len(entries) < BATCH:
                 return out
-            cursor = f"({_s(entries[-1][0])}"
+            after = f"({_s(entries[-1][0])}"
 
     async def _check_not_trimmed(self, client: Any, since: str) -> None:
         import redis
