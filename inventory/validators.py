@@ -12,8 +12,9 @@ from agents.registry import UnknownSourceKind, connector_class
 
 def validate_source_kind(value: str) -> None:
     """`Source.kind` must name a registered connector. Checked against the registry at the time
-    of validation (no choices list in the schema), so a new connector module needs no migration."""
+    of validation (no choices list in the schema), so a new connector module needs no migration.
+    (Not code "invalid_choice": the field would swap in its own generic message for that code.)"""
     try:
         connector_class(value)
     except UnknownSourceKind as exc:
-        raise ValidationError(exc.message, code="invalid_choice") from None
+        raise ValidationError(exc.message, code="unknown_source_kind") from None
