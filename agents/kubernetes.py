@@ -58,6 +58,7 @@ class KubernetesConnector(Connector):
             "pending_deadline_s",
         }
     )
+
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
         super().__init__(name, config)
         self.namespace = str(config.get("namespace") or DEFAULT_NAMESPACE)

@@ -69,7 +69,6 @@ class SshConnector(Connector):
         {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", *DEFAULTS}
     )
     secret_fields = ("private_key",)
-    connect_timeout_s = 10.0
     request_timeout_s = 30.0  # nvidia-smi on a host with many GPUs takes seconds
     request_timeout_key = "command_timeout"
 
