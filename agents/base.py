@@ -9,10 +9,11 @@ status go out as the frozen dataclasses below. `inventory.sync` turns facts into
 from __future__ import annotations
 
 import dataclasses
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 # --- errors -------------------------------------------------------------------------------------
 
@@ -161,20 +162,60 @@ class BindingStatus:
 
 # --- the connector ------------------------------------------------------------------------------
 
+T = TypeVar("T")
 
-class Connector(ABC):
-    """One source of GPUs. Subclasses register a `kind` and implement the four verbs.
 
-    `config` is the source's entry from the YAML configuration (minus `name`, `kind`, `pool`),
-    with secrets already decrypted by the caller. Every remote call must be bounded by a timeout
-    and raise AgentError on failure.
+class RetryableError(AgentError):
+    """A transient failure worth another attempt at once (HTTP 503, a connection the peer dropped).
+
+    Raised inside an attempt of `Connector.retrying`, which retries it while the budget lasts. A
+    transient failure that would only burn the budget (a refused port, a host that does not answer)
+    is a plain `AgentError(permanent=False)`: the next discovery pass or task retry tries again.
     """
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, permanent=False)
+
+
+class Connector(ABC):
+    """One source of GPUs. Subclasses declare their `kind` and implement the four verbs.
+
+    A concrete subclass that sets `kind` in a module under `agents/` is a source kind: the registry
+    (`agents.registry`) finds it there, so adding a kind is adding one module.
+
+    `config` is the source's entry from the YAML configuration (minus `name`, `kind`, `pool`),
+    with the `secret_fields` already decrypted by the caller. Every remote call is bounded by the
+    timeouts below and raises AgentError on failure; `retrying` is the one place that retries.
+    """
+
+    #: The source kind in configuration and in `Source.kind` (a short slug, at most 16 characters).
     kind: ClassVar[str]
+    #: Keys a config entry of this kind may carry (besides name, kind, pool).
+    config_keys: ClassVar[frozenset[str]] = frozenset()
+    #: Config keys holding secrets: stored encrypted apart from the config, never exported.
+    secret_fields: ClassVar[tuple[str, ...]] = ()
+
+    # Timeouts and retries: class-wide defaults that one instance may change (its config entry
+    # does for the timeouts; tests shrink the retries).
+    #: Seconds to reach the source: TCP connect, TLS or SSH handshake, authentication. A config
+    #: entry overrides it with `connect_timeout`.
+    connect_timeout_s: float = 10.0
+    #: Seconds one request (or remote command) may take; a config entry overrides it with the key
+    #: `request_timeout_key` names.
+    request_timeout_s: float = 10.0
+    request_timeout_key: ClassVar[str] = "request_timeout"
+    #: Pauses between attempts of one call; their count bounds the retries.
+    retry_delays: tuple[float, ...] = (0.5, 1.0, 2.0)
+    #: Wall-clock ceiling for one call including retries (STYLE: a 15 s budget).
+    retry_budget_s: float = 15.0
 
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
         self.name = name
         self.config = config
+        # Per instance, so one entry's settings (or a test's shrunken ones) never leak into another.
+        # Bad values are reported by `validate_config`; here they fall back to the kind's default.
+        self.connect_timeout_s = _seconds(config.get("connect_timeout"), type(self).connect_timeout_s)
+        self.request_timeout_s = _seconds(config.get(self.request_timeout_key), type(self).request_timeout_s)
 
     @abstractmethod
     def discover(self) -> Discovery:
@@ -197,53 +238,31 @@ class Connector(ABC):
         """Return human error messages for a bad config entry (empty when fine)."""
         return []
 
-    #: Keys a config entry of this kind may carry (besides name, kind, pool).
-    config_keys: ClassVar[frozenset[str]] = frozenset()
+    def retrying(self, what: str, attempt: Callable[[float], T], *, timeout: float | None = None) -> T:
+        """Return `attempt(seconds)`, trying again after each RetryableError while the budget lasts.
 
-
-_REGISTRY: dict[str, type[Connector]] = {}
-
-
-def register(kind: str) -> Callable[[type[Connector]], type[Connector]]:
-    """Class decorator: make a connector available under `kind`."""
-
-    def decorate(cls: type[Connector]) -> type[Connector]:
-        cls.kind = kind
-        _REGISTRY[kind] = cls
-        return cls
-
-    return decorate
-
-
-def connector_class(kind: str) -> type[Connector]:
-    _load_builtin_connectors()
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise AgentError(f"unknown source kind {kind!r}", permanent=True) from None
-
-
-def known_kinds() -> Sequence[str]:
-    _load_builtin_connectors()
-    return sorted(_REGISTRY)
-
-
-def get_connector(kind: str, name: str, config: Mapping[str, Any]) -> Connector:
-    return connector_class(kind)(name, config)
-
-
-BUILTIN_KINDS = ("simulated", "ssh", "kubernetes")
-
-
-def _load_builtin_connectors() -> None:
-    # Imported lazily so that importing agents.base never pulls paramiko or kubernetes (the
-    # connector modules themselves import those SDKs only inside their methods).
-    import importlib
-
-    for module in BUILTIN_KINDS:
-        if module not in _REGISTRY:
+        Each attempt may take `timeout` seconds (default `request_timeout_s`), less when less of
+        `retry_budget_s` is left; the pauses between attempts are `retry_delays`. Any other
+        exception ends the call at once (permanent errors are never retried). Giving up raises
+        `AgentError("<what>: <last problem> (gave up after N attempts)", permanent=False)`.
+        """
+        per_attempt = self.request_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + self.retry_budget_s
+        problem, attempts = "", 0
+        for pause in (*self.retry_delays, None):
+            attempts += 1
             try:
-                importlib.import_module(f"agents.{module}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"agents.{module}":
-                    raise  # a missing dependency is a real error, not a missing connector
+                return attempt(min(per_attempt, max(deadline - time.monotonic(), 0.1)))
+            except RetryableError as exc:
+                problem = exc.message
+            if pause is None or time.monotonic() + pause >= deadline:
+                break
+            time.sleep(pause)
+        prefix = f"{what}: " if what else ""
+        raise AgentError(f"{prefix}{problem} (gave up after {attempts} attempts)", permanent=False)
+
+
+def _seconds(value: Any, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return default
+    return float(value)

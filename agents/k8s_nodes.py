@@ -1,17 +1,14 @@
-"""Kubernetes Node and Pod objects → discovered facts. Pure functions over API JSON, no I/O.
+"""Kubernetes Node objects → discovered facts. Pure functions over API JSON, no I/O.
 
 Input is what the API server returns (`kubectl get node -o json`: camelCase keys, quantities as
-strings), so the fixtures captured from real clusters parse exactly as live responses do.
+strings), so the fixtures captured from real clusters parse exactly as live responses do. How
+GPUs are named and counted is `agents.k8s_resources`; this module reads everything else a node
+says.
 
 Facts Kubernetes can and cannot give us:
 
-* The device plugin advertises GPUs as a *count* of an extended resource (`nvidia.com/gpu`, old
-  clusters `alpha.kubernetes.io/nvidia-gpu`; MIG mixed strategy `nvidia.com/mig-<profile>`;
-  time-slicing with `renameByDefault` `nvidia.com/gpu.shared`). Node objects carry **no device
-  UUIDs**, so every GPU gets a deterministic synthetic UUID built from the node and the resource:
-  `k8s-<node>-gpu-<i>`, `k8s-<node>-mig-<profile>-<i>`, `k8s-<node>-gpu.shared-<i>`. They are
-  stable across discovery passes as long as the node advertises the same counts, and
-  `resource_for_uuid` maps them back to the resource a pod must ask for.
+* Node objects carry no device UUIDs: each advertised unit gets a synthetic one
+  (`k8s_resources.gpu_uuid`).
 * Which physical GPU a MIG slice lives on is not visible either. Slices are reported with
   `mig_profile` set and `parent_uuid` **empty**: a synthetic parent would be a GPU row that can
   never be leased, and the counts would not add up.
@@ -26,7 +23,7 @@ Facts Kubernetes can and cannot give us:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from agents.base import (
@@ -38,30 +35,27 @@ from agents.base import (
     GpuFact,
     HostFact,
 )
-
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
-LEGACY_GPU_RESOURCE = "alpha.kubernetes.io/nvidia-gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-
-#: Pods gpupool created carry this label; every other pod holding GPUs is foreign use.
-LEASE_LABEL = "gpupool.io/lease"
-
-UUID_PREFIX = "k8s-"
-TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+from agents.k8s_resources import (
+    GPU_RESOURCE,
+    LEGACY_GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    foreign_gpu_count,
+    gpu_uuid,
+    is_gpu_resource,
+    parse_count,
+)
 
 _PRODUCT = "nvidia.com/gpu.product"
 _MEMORY = "nvidia.com/gpu.memory"
 _COUNT = "nvidia.com/gpu.count"
 _REPLICAS = "nvidia.com/gpu.replicas"
-_MIG_STRATEGY = "nvidia.com/mig.strategy"
 _GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 _EKS_ACCELERATOR = "k8s.amazonaws.com/accelerator"
 _LEGACY_NAME = "alpha.kubernetes.io/nvidia-gpu-name"
 # Labels that say "this is a GPU node" even when the device plugin advertises nothing.
 _GPU_NODE_LABELS = (_PRODUCT, _COUNT, "nvidia.com/gpu.present", _GKE_ACCELERATOR, _EKS_ACCELERATOR)
 
-_MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:\+[a-z]+)?$")
 _SINGLE_MIG_PRODUCT_RE = re.compile(r"^(?P<base>.+)-MIG-(?P<profile>\d+g\.\d+gb(?:\+[a-z]+)?)$")
 _PROFILE_MEMORY_RE = re.compile(r"\.(\d+)gb")
 _NAME_MEMORY_RE = re.compile(r"(\d+)gb", re.IGNORECASE)
@@ -78,96 +72,6 @@ _CLOUD_ACCELERATOR_GIB = {
     "a100": 40,
     "l4": 24,
 }
-
-
-# --- public helpers -----------------------------------------------------------------------------
-
-
-def gpu_uuid(node_name: str, resource: str, index: int) -> str:
-    """The synthetic UUID of the `index`-th unit of `resource` on `node_name`."""
-    return f"{UUID_PREFIX}{node_name}-{_resource_tag(resource)}-{index}"
-
-
-def resource_for_uuid(node_name: str, uuid: str) -> str:
-    """The extended resource a pod must ask for to get the GPU `uuid` on `node_name`.
-
-    Inverse of `gpu_uuid`. UUIDs not minted by this module (or for another node) map to plain
-    `nvidia.com/gpu`, the resource every device plugin understands.
-    """
-    prefix = f"{UUID_PREFIX}{node_name}-"
-    if not uuid.startswith(prefix):
-        return GPU_RESOURCE
-    tag, _, index = uuid[len(prefix) :].rpartition("-")
-    if not index.isdigit() or not tag:
-        return GPU_RESOURCE
-    if tag.startswith("mig-") and _MIG_PROFILE_RE.match(tag[4:].removesuffix(".shared")):
-        return f"nvidia.com/{tag}"
-    if tag == "gpu.shared":
-        return SHARED_GPU_RESOURCE
-    return GPU_RESOURCE
-
-
-def is_gpu_resource(resource: str) -> bool:
-    """True for every extended resource that hands out an NVIDIA GPU or a slice of one."""
-    return resource in (
-        GPU_RESOURCE,
-        SHARED_GPU_RESOURCE,
-        LEGACY_GPU_RESOURCE,
-    ) or resource.startswith(MIG_RESOURCE_PREFIX)
-
-
-def parse_count(value: Any) -> int:
-    """An extended-resource quantity as a whole number; garbage and negatives read as 0.
-
-    Extended resources are integers by API rule, but a hand-edited object may carry `"2.0"`,
-    `"1k"` or junk, and discovery must not crash on one odd node.
-    """
-    if value is None:
-        return 0
-    text = str(value).strip()
-    multiplier = 1
-    for suffix, factor in (("k", 1000), ("M", 1000**2), ("G", 1000**3)):
-        if text.endswith(suffix):
-            text, multiplier = text[: -len(suffix)], factor
-            break
-    try:
-        return max(0, int(float(text) * multiplier))
-    except ValueError:
-        return 0
-
-
-def pod_gpu_count(pod: Mapping[str, Any]) -> int:
-    """GPUs (any NVIDIA GPU resource, MIG slices included) the scheduler reserves for `pod`.
-
-    Per container the limit counts, else the request (the API forces them equal for extended
-    resources). The pod's reservation is the larger of the app containers' sum (plus sidecar
-    init containers, which keep running) and the largest single ordinary init container.
-    """
-    spec = pod.get("spec") or {}
-    app_total = sum(_container_gpus(c) for c in spec.get("containers") or [])
-    init_max = 0
-    for container in spec.get("initContainers") or []:
-        if container.get("restartPolicy") == "Always":  # sidecar: runs alongside the app
-            app_total += _container_gpus(container)
-        else:
-            init_max = max(init_max, _container_gpus(container))
-    return max(app_total, init_max)
-
-
-def is_active_pod(pod: Mapping[str, Any]) -> bool:
-    """A pod that still holds its resources: not Succeeded and not Failed."""
-    return (pod.get("status") or {}).get("phase") not in TERMINATED_PHASES
-
-
-def foreign_gpu_count(pods_on_node: Iterable[Mapping[str, Any]]) -> int:
-    """GPUs held by active pods that gpupool did not create (no `gpupool.io/lease` label)."""
-    total = 0
-    for pod in pods_on_node:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if LEASE_LABEL in labels or not is_active_pod(pod):
-            continue
-        total += pod_gpu_count(pod)
-    return total
 
 
 # --- the parser ---------------------------------------------------------------------------------
@@ -263,12 +167,6 @@ def _gpu_facts(
 def _resource_order(resource: str) -> tuple[int, str]:
     rank = {GPU_RESOURCE: 0, LEGACY_GPU_RESOURCE: 0, SHARED_GPU_RESOURCE: 1}
     return rank.get(resource, 2), resource
-
-
-def _resource_tag(resource: str) -> str:
-    if resource == LEGACY_GPU_RESOURCE:
-        return "gpu"  # pre-1.10 clusters; bound pods then ask for nvidia.com/gpu
-    return resource.removeprefix("nvidia.com/")
 
 
 def _base_model(labels: Mapping[str, str]) -> tuple[str, str]:
@@ -388,14 +286,3 @@ def _taint_text(taint: Mapping[str, Any]) -> str:
     key, value, effect = taint.get("key", ""), taint.get("value", ""), taint.get("effect", "")
     text = f"{key}={value}" if value else str(key)
     return f"{text}:{effect}" if effect else text
-
-
-def _container_gpus(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
-    return sum(
-        parse_count(limits.get(name, requests.get(name)))
-        for name in {*limits, *requests}
-        if is_gpu_resource(name)
-    )

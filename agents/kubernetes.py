@@ -1,27 +1,21 @@
 """The Kubernetes source: GPU nodes of one cluster, and leases bound as pods on them.
 
-Talks to the API server with the official `kubernetes` client (imported inside methods, so
-importing this module stays cheap), through one fresh `ApiClient` per connector: no global
-client configuration is read or changed, so several clusters can be sources side by side.
-
 Config keys (see CONTRACT.md): `kubeconfig` (path) or `in_cluster: true`, `context`,
 `namespace` (where bound pods go, default `gpupool-jobs`), `host` (API URL override, used by
 tests), `request_timeout` (s, default 10), `pending_deadline_s` (default 300).
 
-Every call goes through `_call`: a per-request timeout, a few retries with backoff for
-transient failures (5xx, 429, timeouts, refused connections) inside a total budget of
-`retry_budget_s`, and one AgentError with a sentence in words when it gives up.
+The API server is reached through `agents.k8s_api.KubeApi`, whose calls are bounded and retried
+by the base Connector's timeouts and budget; nodes become facts in `agents.k8s_nodes`, and the
+lease's Pod is built in `agents.k8s_pod_manifest` and read back in `agents.k8s_pod_status`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from agents.base import (
     BIND_GONE,
@@ -32,13 +26,14 @@ from agents.base import (
     Connector,
     Discovery,
     HostFact,
-    register,
 )
-from agents.k8s_nodes import LEASE_LABEL, is_active_pod, node_to_host
-from agents.k8s_pods import build_pod, events_text, lease_label_value, pod_status, validate_pod
+from agents.k8s_api import KubeApi, Refused
+from agents.k8s_nodes import node_to_host
+from agents.k8s_pod_manifest import build_pod, lease_label_value, validate_pod
+from agents.k8s_pod_status import events_text, pod_status
+from agents.k8s_resources import LEASE_LABEL, is_active_pod
 
 DEFAULT_NAMESPACE = "gpupool-jobs"
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
 DEFAULT_PENDING_DEADLINE_S = 300
 # Pods that still hold resources and sit on a node. Test servers may ignore field selectors,
 # so discovery filters the same way client-side.
@@ -46,10 +41,12 @@ _ACTIVE_SCHEDULED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=
 _GONE_REASON = "pod deleted by someone else"
 
 
-@register("kubernetes")
 class KubernetesConnector(Connector):
     """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node."""
 
+    kind = "kubernetes"
+    #: Chunk size of list calls: big clusters come in pages instead of one huge answer.
+    list_page_size: int = 500
     config_keys = frozenset(
         {
             "kubeconfig",
@@ -61,22 +58,15 @@ class KubernetesConnector(Connector):
             "pending_deadline_s",
         }
     )
-    #: Pauses between attempts of one call; their count bounds the retries.
-    retry_delays: ClassVar[tuple[float, ...]] = (0.5, 1.0, 2.0)
-    #: Wall-clock ceiling for one call including retries (STYLE: 15 s budget).
-    retry_budget_s: ClassVar[float] = 15.0
-    #: Chunk size of list calls: big clusters come in pages instead of one huge answer.
-    list_page_size: ClassVar[int] = 500
 
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
         super().__init__(name, config)
         self.namespace = str(config.get("namespace") or DEFAULT_NAMESPACE)
-        self.request_timeout = float(config.get("request_timeout", DEFAULT_REQUEST_TIMEOUT_S))
         self.pending_deadline_s = float(
             config.get("pending_deadline_s", DEFAULT_PENDING_DEADLINE_S)
         )
-        self._api_client: Any = None
-        self._core_api: Any = None
+        # `self.retrying` reads the retry settings at each call, so a test may shrink them later.
+        self.api = KubeApi(config, self.retrying)
 
     # --- configuration ----------------------------------------------------------------------------
 
@@ -102,100 +92,12 @@ class KubernetesConnector(Connector):
                 errors.append(f"'{key}' must be a positive number of seconds, got {value!r}")
         return errors
 
-    def _api(self) -> Any:
-        """The CoreV1Api of this connector's own ApiClient, built on first use."""
-        if self._core_api is not None:
-            return self._core_api
-        from kubernetes import client
-        from kubernetes import config as kube_config
-
-        configuration = client.Configuration()
-        try:
-            if self.config.get("in_cluster"):
-                kube_config.load_incluster_config(client_configuration=configuration)
-            elif self.config.get("kubeconfig"):
-                kube_config.load_kube_config(
-                    config_file=str(self.config["kubeconfig"]),
-                    context=self.config.get("context") or None,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-        except (kube_config.ConfigException, OSError, ValueError) as exc:
-            raise AgentError(f"cannot load Kubernetes credentials: {exc}", permanent=True) from exc
-        if self.config.get("host"):
-            configuration.host = str(self.config["host"]).rstrip("/")
-        # Retries belong to `_call` (with backoff and a budget), not to urllib3's silent ones.
-        configuration.retries = 0
-        self._api_client = client.ApiClient(configuration)
-        self._core_api = client.CoreV1Api(self._api_client)
-        return self._core_api
-
     def close(self) -> None:
         """Drop the HTTP connection pool. The connector builds a new one if used again."""
-        if self._api_client is not None:
-            self._api_client.close()
-        self._api_client = self._core_api = None
-
-    # --- the one place that talks to the API server ----------------------------------------------
-
-    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Call `CoreV1Api.<method>` and return the JSON answer as a dict.
-
-        Transient failures are retried after `retry_delays` while the budget lasts, then raise
-        AgentError(permanent=False). Other 4xx raise AgentError(permanent=True) with the API's
-        own message. 404 and 409 raise `_Refused`: callers give them a meaning (gone,
-        already exists).
-        """
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        api = self._api()
-        deadline = time.monotonic() + self.retry_budget_s
-        attempts = len(self.retry_delays) + 1
-        for attempt in range(attempts):
-            timeout = min(self.request_timeout, max(deadline - time.monotonic(), 0.1))
-            try:
-                response = getattr(api, method)(
-                    *args, _preload_content=False, _request_timeout=timeout, **kwargs
-                )
-            except ApiException as exc:
-                if exc.status in (404, 409):
-                    raise _Refused(exc.status, _status_message(exc)) from None
-                problem, transient = _describe_api_error(exc)
-            except (HTTPError, OSError) as exc:  # refused, reset, timed out
-                problem, transient = _describe_transport_error(exc, timeout), True
-            else:
-                try:
-                    return json.loads(response.data or b"{}")
-                except ValueError:  # a proxy's HTML error page, a truncated answer
-                    problem, transient = "the answer is not JSON", True
-            if not transient:
-                raise AgentError(f"{what}: {problem}", permanent=True)
-            pause = self.retry_delays[attempt] if attempt < len(self.retry_delays) else None
-            if pause is None or time.monotonic() + pause >= deadline:
-                break
-            time.sleep(pause)
-        raise AgentError(
-            f"{what}: {problem} (gave up after {attempt + 1} attempts)", permanent=False
-        )
+        self.api.close()
 
     def _list(self, what: str, method: str, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        """All items of a list call, following `continue` tokens page by page."""
-        items: list[dict[str, Any]] = []
-        token = None
-        while True:
-            page = self._call(
-                what, method, *args, limit=self.list_page_size, _continue=token, **kwargs
-            )
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-
-    @property
-    def _where(self) -> str:
-        host = self.config.get("host") or self.config.get("kubeconfig") or "in-cluster config"
-        return f"Kubernetes API ({host})"
+        return self.api.list(what, method, *args, page_size=self.list_page_size, **kwargs)
 
     # --- discovery ----------------------------------------------------------------------------
 
@@ -206,9 +108,9 @@ class KubernetesConnector(Connector):
         (unreachable, forbidden) comes back as `Discovery.error`; it never raises.
         """
         try:
-            nodes = self._list(f"cannot list nodes from {self._where}", "list_node")
+            nodes = self._list(f"cannot list nodes from {self.api.where}", "list_node")
             pods = self._list(
-                f"cannot list pods from {self._where}",
+                f"cannot list pods from {self.api.where}",
                 "list_pod_for_all_namespaces",
                 field_selector=_ACTIVE_SCHEDULED_PODS,
             )
@@ -277,16 +179,16 @@ class KubernetesConnector(Connector):
         name = pod["metadata"]["name"]
         what = f"cannot create pod {namespace}/{name}"
         try:
-            return self._call(what, "create_namespaced_pod", namespace, pod)
-        except _Refused as exc:
+            return self.api.call(what, "create_namespaced_pod", namespace, pod)
+        except Refused as exc:
             if exc.status == 404:  # the API says which: usually the namespace is missing
                 raise AgentError(f"{what}: {exc.message}", permanent=True) from None
         # 409: the name is taken. Ours from an earlier try (the label says so) or someone else's.
         try:
-            existing = self._call(
+            existing = self.api.call(
                 f"cannot read pod {namespace}/{name}", "read_namespaced_pod", name, namespace
             )
-        except _Refused as exc:
+        except Refused as exc:
             # Deleted between our create and read: the caller's retry will create it afresh.
             raise AgentError(f"{what}: {exc.message}", permanent=False) from None
         labels = (existing.get("metadata") or {}).get("labels") or {}
@@ -305,10 +207,10 @@ class KubernetesConnector(Connector):
         404 → gone."""
         namespace, name = _handle_parts(handle)
         try:
-            pod = self._call(
+            pod = self.api.call(
                 f"cannot read pod {namespace}/{name}", "read_namespaced_pod", name, namespace
             )
-        except _Refused as exc:
+        except Refused as exc:
             if exc.status == 404:
                 return BindingStatus(state=BIND_GONE, handle=handle, reason=_GONE_REASON)
             raise AgentError(
@@ -321,14 +223,14 @@ class KubernetesConnector(Connector):
         is already gone counts as done, so calling this twice is fine."""
         namespace, name = _handle_parts(handle)
         try:
-            self._call(
+            self.api.call(
                 f"cannot delete pod {namespace}/{name}",
                 "delete_namespaced_pod",
                 name,
                 namespace,
                 grace_period_seconds=max(0, int(grace_s)),
             )
-        except _Refused as exc:
+        except Refused as exc:
             if exc.status != 404:
                 what = f"cannot delete {namespace}/{name}"
                 raise AgentError(f"{what}: {exc.message}", permanent=True) from None
@@ -352,21 +254,12 @@ class KubernetesConnector(Connector):
                 namespace,
                 field_selector=f"involvedObject.name={name}",
             )
-        except (AgentError, _Refused):
+        except (AgentError, Refused):
             return ""
         return events_text(events, name)
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-class _Refused(Exception):
-    """A 404 or 409 answer, which the calling verb turns into a meaning."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _handle_parts(handle: Mapping[str, Any]) -> tuple[str, str]:
@@ -380,38 +273,3 @@ def _handle_parts(handle: Mapping[str, Any]) -> tuple[str, str]:
 
 def _is_dns_label(text: str) -> bool:
     return len(text) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) is not None
-
-
-def _status_message(exc: Any) -> str:
-    """The `message` of a `kind: Status` error body, else the HTTP reason."""
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or f"HTTP {exc.status} {exc.reason or ''}".strip())
-
-
-def _describe_api_error(exc: Any) -> tuple[str, bool]:
-    """(words, transient?) for an HTTP error answer."""
-    status = int(exc.status or 0)
-    message = _status_message(exc)
-    if status == 0:  # TLS failure or a request the client could not build
-        return f"request failed: {exc.reason}", False
-    if status in (401, 403):
-        return f"not allowed (HTTP {status}): {message}", False
-    transient = status >= 500 or status == 429
-    return f"API server answered HTTP {status}: {message}", transient
-
-
-def _describe_transport_error(exc: Exception, timeout: float) -> str:
-    reason = getattr(exc, "reason", None) or exc  # urllib3 wraps the cause in MaxRetryError
-    name = type(reason).__name__
-    text = str(reason).lower()
-    if "timeout" in name.lower() or "timed out" in text:
-        return f"no answer within {timeout:.1f} s"
-    if "refused" in text:
-        return "connection refused (is the API server running and the address right?)"
-    if "name or service not known" in text or "nodename nor servname" in text:
-        return "the API server's host name does not resolve"
-    return f"cannot reach the API server: {reason}"

@@ -20,7 +20,6 @@ from agents.base import (
     Discovery,
     GpuFact,
     HostFact,
-    register,
 )
 
 DEFAULTS: dict[str, Any] = {
@@ -33,8 +32,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@register("simulated")
 class SimulatedConnector(Connector):
+    kind = "simulated"
     config_keys = frozenset({*DEFAULTS, "host_prefix"})
 
     @classmethod

@@ -45,21 +45,32 @@ from agents.base import (
     Connector,
     Discovery,
     HostFact,
-    register,
 )
-from agents.nvidia_smi import NvidiaSmiError, read_host_report
+from agents.nvidia_smi.report import read_host_report
+from agents.nvidia_smi.values import NvidiaSmiError
 from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
 
-DEFAULTS = {"nvidia_smi": "nvidia-smi", "connect_timeout": 10, "command_timeout": 30,
-            "max_parallel": 16, "state_dir": "~/.gpupool"}  # fmt: skip
+DEFAULTS = {"nvidia_smi": "nvidia-smi", "max_parallel": 16, "state_dir": "~/.gpupool"}
 _HOST_KEYS = frozenset({"address", "port", "host_key", "name"})
 
 
-@register("ssh")
 class SshConnector(Connector):
-    """Hosts listed in the config, read and driven over SSH with pinned host keys."""
+    """Hosts listed in the config, read and driven over SSH with pinned host keys.
 
-    config_keys: ClassVar[frozenset[str]] = frozenset({"user", "key_file", "private_key", "hosts", *DEFAULTS})
+    Timeouts and the retry budget are the base Connector's: `connect_timeout_s` bounds reaching a
+    host (TCP, handshake, authentication), `request_timeout_s` (config key `command_timeout`) one
+    remote command. Only a connection the host dropped during the handshake is retried (sshd's
+    MaxStartups does that under a burst of parallel logins); a refused or silent host is reported
+    at once, and commands are never retried here (bind retries belong to the lease's task).
+    """
+
+    kind = "ssh"
+    config_keys: ClassVar[frozenset[str]] = frozenset(
+        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", *DEFAULTS}
+    )
+    secret_fields = ("private_key",)
+    request_timeout_s = 30.0  # nvidia-smi on a host with many GPUs takes seconds
+    request_timeout_key = "command_timeout"
 
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
         super().__init__(name, config)
@@ -97,8 +108,8 @@ class SshConnector(Connector):
         except ValueError as exc:
             errors.append(f"nvidia_smi is not a valid command line: {exc}")
         for key in ("connect_timeout", "command_timeout", "max_parallel"):
-            value = config.get(key, DEFAULTS[key])
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            value = config.get(key)
+            if key in config and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
                 errors.append(f"{key} must be a positive number")
         return errors
 
@@ -142,12 +153,15 @@ class SshConnector(Connector):
             return self._pkey
 
     def _session(self, host: HostSpec) -> SshSession:
-        return SshSession(
-            host,
-            user=str(self.config["user"]),
-            pkey=self._private_key(),
-            connect_timeout=float(self._setting("connect_timeout")),
-        )
+        """An open session to `host`, retried within the budget when the host drops the handshake."""
+        user, pkey = str(self.config["user"]), self._private_key()
+
+        def attempt(timeout: float) -> SshSession:
+            session = SshSession(host, user=user, pkey=pkey, connect_timeout=timeout)
+            session.open()
+            return session
+
+        return self.retrying("", attempt, timeout=self.connect_timeout_s)
 
     # --- discovery ------------------------------------------------------------------------------
 
@@ -186,7 +200,7 @@ class SshConnector(Connector):
     def _discover_host(self, host: HostSpec, script: str) -> HostFact:
         try:
             with self._session(host) as session:
-                result = session.run(script, timeout=float(self._setting("command_timeout")))
+                result = session.run(script, timeout=self.request_timeout_s)
             report = read_host_report(result.stdout)
         except AgentError as exc:
             return HostFact(name=host.name, address=host.address, state=HOST_OFFLINE,
@@ -211,14 +225,13 @@ class SshConnector(Connector):
     # --- process binding ------------------------------------------------------------------------
 
     def _host_for(self, name: str, address: str, port: int | None = None) -> HostSpec:
+        """The configured host by name (and address, when given), else by address (and port)."""
         hosts = self.hosts()
-        for matches in (
-            lambda h: h.name == name and (not address or h.address == address),
-            lambda h: h.address == address and (port is None or h.port == port),
-        ):
-            found = [h for h in hosts if matches(h)]
-            if found:
-                return found[0]
+        by_name = [h for h in hosts if h.name == name and (not address or h.address == address)]
+        by_address = [h for h in hosts if h.address == address and (port is None or h.port == port)]
+        found = by_name or by_address
+        if found:
+            return found[0]
         raise AgentError(f"host {name or address!r} is not in source {self.name!r}", permanent=True)
 
     def bind(self, request: BindRequest) -> BindingStatus:
@@ -241,7 +254,7 @@ class SshConnector(Connector):
         except (ValueError, TypeError) as exc:
             raise AgentError(str(exc), permanent=True) from None
         host = self._host_for(request.host_name, request.host_address)
-        timeout = float(self._setting("command_timeout")) + 10  # the script waits up to 10 s
+        timeout = self.request_timeout_s + 10  # the script waits up to 10 s
         with self._session(host) as session:
             marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
         if "error" in marks:
@@ -295,7 +308,7 @@ class SshConnector(Connector):
         host, directory, pid, start_time = self._read_handle(handle)
         script = ssh_scripts.observe_script(directory, pid, start_time)
         with self._session(host) as session:
-            result = session.run(script, timeout=float(self._setting("command_timeout")))
+            result = session.run(script, timeout=self.request_timeout_s)
         marks = ssh_scripts.read_marks(result.stdout)
         if "exit" in marks:
             return self._ended(handle, marks["exit"])
@@ -313,7 +326,7 @@ class SshConnector(Connector):
         reached or processes survive KILL."""
         host, _, pid, start_time = self._read_handle(handle)
         script = ssh_scripts.unbind_script(pid, start_time, grace_s)
-        timeout = float(self._setting("command_timeout")) + grace_s + 5
+        timeout = self.request_timeout_s + grace_s + 5
         with self._session(host) as session:
             marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
         if "survivors" in marks:

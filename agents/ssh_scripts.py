@@ -21,9 +21,10 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from agents import nvidia_smi
+from agents.nvidia_smi import report
+from agents.nvidia_smi.csv import QUERY_COMPUTE_APPS_FIELDS, QUERY_GPU_FIELDS
 
-MARK = nvidia_smi.REPORT_MARK
+MARK = report.REPORT_MARK
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SLOT = re.compile(r"@([A-Z]+)@")
@@ -58,17 +59,17 @@ def check_lease_id(lease_id: str) -> str:
 
 def discover_script(nvidia_smi_command: str) -> str:
     """One round trip: versions, query-gpu CSV, `-L` and compute-apps, in marked sections
-    (`nvidia_smi.read_host_report` reads them). `nvidia_smi_command` may be several words
+    (`nvidia_smi.report.read_host_report` reads them). `nvidia_smi_command` may be several words
     (`sudo -n nvidia-smi`); each is quoted."""
     words = " ".join(shlex.quote(w) for w in shlex.split(nvidia_smi_command)) or "nvidia-smi"
-    query_gpu = ",".join(nvidia_smi.QUERY_GPU_FIELDS)
-    apps = ",".join(nvidia_smi.QUERY_COMPUTE_APPS_FIELDS)
+    query_gpu = ",".join(QUERY_GPU_FIELDS)
+    apps = ",".join(QUERY_COMPUTE_APPS_FIELDS)
     sections = [
-        (nvidia_smi.SECTION_VERSIONS, "-q -d COMPUTE"),
-        (nvidia_smi.SECTION_QUERY_GPU, f"--query-gpu={query_gpu} --format=csv,noheader,nounits"),
-        (nvidia_smi.SECTION_LIST, "-L"),
+        (report.SECTION_VERSIONS, "-q -d COMPUTE"),
+        (report.SECTION_QUERY_GPU, f"--query-gpu={query_gpu} --format=csv,noheader,nounits"),
+        (report.SECTION_LIST, "-L"),
         (
-            nvidia_smi.SECTION_COMPUTE_APPS,
+            report.SECTION_COMPUTE_APPS,
             f"--query-compute-apps={apps} --format=csv,noheader,nounits",
         ),
     ]

@@ -17,11 +17,12 @@ import io
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from agents.base import AgentError
+from agents.base import AgentError, RetryableError
 
 if TYPE_CHECKING:
     import paramiko
@@ -140,13 +141,30 @@ class SshSession:
         self.close()
 
     def open(self) -> None:
-        import paramiko
-
-        host, timeout = self.host, self.connect_timeout
+        """Connect, make sure the host shows its pinned key, and authenticate. Does nothing when
+        already open. Raises RetryableError when the host dropped the connection mid-handshake
+        (sshd's MaxStartups does that under load), AgentError for everything else."""
+        if self._transport is not None:
+            return
+        pinned = self._pinned_key()
+        self._transport = self._new_transport(self._connect(), pinned)
         try:
-            pinned = PinnedKey.parse(host.host_key)
+            self._handshake(self._transport, pinned)
+            self._authenticate(self._transport)
+        except BaseException:
+            self.close()
+            raise
+
+    def _pinned_key(self) -> PinnedKey:
+        try:
+            return PinnedKey.parse(self.host.host_key)
         except ValueError as exc:
-            raise AgentError(f"refusing {host.where}: no usable pinned host key ({exc})", permanent=True) from None
+            raise AgentError(
+                f"refusing {self.host.where}: no usable pinned host key ({exc})", permanent=True
+            ) from None
+
+    def _connect(self) -> socket.socket:
+        host, timeout = self.host, self.connect_timeout
         try:
             sock = socket.create_connection((host.address, host.port), timeout=timeout)
         except ConnectionRefusedError:
@@ -157,19 +175,28 @@ class SshSession:
             raise AgentError(f"cannot connect to {host.where}: {exc.strerror or exc}") from None
         # Small request/reply packets: without this, Nagle and delayed ACKs add ~40 ms stalls.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _new_transport(self, sock: socket.socket, pinned: PinnedKey) -> paramiko.Transport:
+        import paramiko
+
         transport = paramiko.Transport(sock)
-        self._transport = transport
         # Its own logger name, so that settings can quiet paramiko's tracebacks for failures
         # we report ourselves (a hung host logs one per attempt at ERROR level).
         transport.set_log_channel("agents.ssh.paramiko")
-        transport.banner_timeout = transport.handshake_timeout = timeout
-        transport.auth_timeout = timeout
+        transport.banner_timeout = transport.handshake_timeout = self.connect_timeout
+        transport.auth_timeout = self.connect_timeout
         # Offer only the pinned key's type, so the server must show us that very key.
         transport.get_security_options().key_types = _NEGOTIATED_AS[pinned.key_type]
+        return transport
+
+    def _handshake(self, transport: paramiko.Transport, pinned: PinnedKey) -> None:
+        import paramiko
+
+        host, timeout = self.host, self.connect_timeout
         try:
             transport.start_client(timeout=timeout)
         except paramiko.ssh_exception.IncompatiblePeer as exc:
-            self.close()
             if "host key" in str(exc):
                 raise AgentError(
                     f"host key mismatch for {host.where}: expected {pinned.key_type} "
@@ -178,29 +205,30 @@ class SshSession:
                 ) from None
             raise AgentError(f"SSH negotiation with {host.where} failed: {exc}") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.close()
-            raise AgentError(f"SSH handshake with {host.where} failed: {exc}") from None
+            error = RetryableError if _dropped_by_peer(exc) else AgentError
+            raise error(f"SSH handshake with {host.where} failed: {exc}") from None
         try:  # start_client returns quietly when its timeout passes mid-negotiation
             got = transport.get_remote_server_key()
         except paramiko.SSHException:
-            self.close()
             raise AgentError(f"SSH handshake with {host.where} did not finish within {timeout:g}s") from None
         if got.asbytes() != pinned.blob:
-            self.close()
             raise AgentError(
                 f"host key mismatch for {host.where}: expected {pinned.key_type} "
                 f"{pinned.fingerprint}, got {got.get_name()} {fingerprint(got.asbytes())}; "
                 "refusing to connect (update host_key only if the host was really re-keyed)",
                 permanent=True,
             )
+
+    def _authenticate(self, transport: paramiko.Transport) -> None:
+        import paramiko
+
+        where = self.host.where
         try:
             transport.auth_publickey(self.user, self.pkey)
         except paramiko.AuthenticationException as exc:
-            self.close()
-            raise AgentError(f"authentication failed for {self.user}@{host.where}: {exc}", permanent=True) from None
+            raise AgentError(f"authentication failed for {self.user}@{where}: {exc}", permanent=True) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            self.close()
-            raise AgentError(f"authentication with {host.where} did not finish: {exc}") from None
+            raise AgentError(f"authentication with {where} did not finish: {exc}") from None
 
     def close(self) -> None:
         if self._transport is not None:
@@ -241,8 +269,8 @@ class SshSession:
             channel.close()
 
     @staticmethod
-    def _read_all(channel: Any, recv: Any, deadline: float) -> bytes:
-        chunks = []
+    def _read_all(channel: paramiko.Channel, recv: Callable[[int], bytes], deadline: float) -> bytes:
+        chunks: list[bytes] = []
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -252,3 +280,14 @@ class SshSession:
             if not chunk:
                 return b"".join(chunks)
             chunks.append(chunk)
+
+
+def _dropped_by_peer(exc: BaseException) -> bool:
+    """True when the host closed or reset the connection (paramiko keeps that as the context of
+    its own exception); a timeout or a protocol error is not a reason to try again at once."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, EOFError | ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -16,7 +16,7 @@ from allocation.config import Config, ConfigError
 from allocation.leases import audit
 from allocation.models import PriorityClass, Quota, SchedulerSettings, Team
 from inventory.models import Pool, Source
-from inventory.secrets import decrypt, encrypt
+from inventory.secrets import source_secrets_open, source_secrets_seal, source_secrets_split
 
 
 def _set(obj: Any, values: dict[str, Any], label: str, changes: list[str]) -> bool:
@@ -150,19 +150,18 @@ def _apply_scheduler(cfg: Config, changes: list[str]) -> None:
 def _apply_sources(cfg: Config, pools: dict[str, Pool], changes: list[str]) -> None:
     sources = {s.name: s for s in Source.objects.all()}
     for spec in cfg.sources:
-        options = dict(spec.options)
-        secret = options.pop("private_key", "")
+        options, secrets = source_secrets_split(spec.kind, spec.options)
         values = {"kind": spec.kind, "pool": pools[spec.pool], "config": options,
                   "interval_s": spec.interval_s}
         src = sources.get(spec.name)
         if src is None:
-            Source.objects.create(name=spec.name, secret=encrypt(secret), **values)
+            Source.objects.create(name=spec.name, secret=source_secrets_seal(spec.kind, secrets), **values)
             changes.append(f"+ source {spec.name} ({spec.kind})")
             continue
         dirty = _set(src, values, f"source {spec.name}", changes)
-        if secret and decrypt(src.secret) != secret:
-            src.secret = encrypt(secret)
-            changes.append(f"~ source {spec.name}: private key replaced")
+        if secrets and source_secrets_open(spec.kind, src.secret) != secrets:
+            src.secret = source_secrets_seal(spec.kind, secrets)
+            changes.append(f"~ source {spec.name}: {', '.join(secrets).replace('_', ' ')} replaced")
             dirty = True
         if dirty:
             src.save()

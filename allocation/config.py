@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from agents.base import AgentError, connector_class
+from agents.base import AgentError
+from agents.registry import connector_class
 from allocation.policy.types import PriorityClassView, QuotaView
 
 TOP_KEYS = {"pools", "teams", "quotas", "priority_classes", "scheduler", "sources"}

@@ -1,19 +1,21 @@
 """Trace replay at scale, fair policy against the FIFO baseline on the same input.
 
-    .venv/bin/python bench/bench_simulate.py [--jobs 100000] [--no-alibaba]
+    .venv/bin/python bench/bench_simulate.py [--jobs 100000] [--trace DIR | --no-alibaba]
 
 1. A synthetic trace (`examples/traces/generate.py`, seed 1) of `--jobs` jobs on the fleet of
    `examples/traces/sim.yaml` (224 GPUs, three teams): replay time (target < 60 s for 100,000
    jobs), utilisation, mean wait and Jain's index, fair as a ratio to FIFO.
-2. The real Alibaba GPU trace (cluster-trace-gpu-v2023, read from /work/shared/traces, never
-   copied): its node list is the fleet (1,213 hosts, 6,212 GPUs), its pods the jobs; then the
-   same jobs on 1/N of the nodes (`--alibaba-shrink`), where they contend.
+2. The real Alibaba GPU trace (cluster-trace-gpu-v2023, kept outside the repository; `--trace DIR`
+   or `GPUPOOL_TRACE` names the folder of its openb CSVs, see the README): its node list is the
+   fleet (1,213 hosts, 6,212 GPUs), its pods the jobs; then the same jobs on 1/N of the nodes
+   (`--alibaba-shrink`), where they contend. Skipped, saying so, when no folder is given.
 Wall time is what a user waits; CPU time is shown too, since a shared machine inflates wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,8 +34,6 @@ from allocation.simulation import (  # noqa: E402
     sim_config_from_dict,
     simulate,
 )
-
-ALIBABA = Path("/work/shared/traces")
 
 
 def _run(jobs: list[Job], cfg: Any, policy: str) -> tuple[dict[str, Any], float]:
@@ -75,6 +75,8 @@ def compare(title: str, jobs: list[Job], cfg: Any) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000, help="0: only the Alibaba trace")
+    parser.add_argument("--trace", type=Path, default=os.environ.get("GPUPOOL_TRACE") or None,
+                        help="folder of the Alibaba openb CSVs (default: $GPUPOOL_TRACE)")
     parser.add_argument("--no-alibaba", action="store_true")
     parser.add_argument("--alibaba-shrink", type=int, default=100,
                         help="also replay the Alibaba trace on 1/N of its nodes")
@@ -87,9 +89,12 @@ def main() -> None:
         compare("synthetic trace (seed 1)", jobs, cfg)
     if args.no_alibaba:
         return
-    pods, nodes = ALIBABA / "openb_pod_list_default.csv", ALIBABA / "openb_node_list_gpu_node.csv"
+    if args.trace is None:
+        print("\n(skipped the Alibaba trace: give --trace DIR or set GPUPOOL_TRACE; see the README)")
+        return
+    pods, nodes = args.trace / "openb_pod_list_default.csv", args.trace / "openb_node_list_gpu_node.csv"
     if not pods.exists() or not nodes.exists():
-        print(f"\n(skipped the Alibaba trace: {ALIBABA} is not on this machine)")
+        print(f"\n(skipped the Alibaba trace: {pods.name} and {nodes.name} are not both in {args.trace})")
         return
     ali_jobs, ali_config = convert_alibaba(pods, nodes)
     compare("Alibaba cluster-trace-gpu-v2023 (openb), the whole node list", ali_jobs,

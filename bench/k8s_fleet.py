@@ -22,7 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.k8s_nodes import LEASE_LABEL, node_to_host
+from agents.k8s_nodes import node_to_host
+from agents.k8s_resources import LEASE_LABEL
 
 # (product label, memory MiB, driver, CUDA, extra labels, extra resources per node)
 _KINDS: list[tuple[str, int, str, str, dict[str, str], dict[str, int]]] = [

@@ -3,12 +3,6 @@
 from django.db import models
 
 
-class SourceKind(models.TextChoices):
-    SSH = "ssh", "SSH (VMs / bare metal)"
-    KUBERNETES = "kubernetes", "Kubernetes"
-    SIMULATED = "simulated", "Simulated"
-
-
 class HostState(models.TextChoices):
     READY = "ready", "Ready"
     CORDONED = "cordoned", "Cordoned"

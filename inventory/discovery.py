@@ -8,19 +8,18 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents.base import AgentError, Connector, Discovery, get_connector
+from agents.base import AgentError, Connector, Discovery
+from agents.registry import get_connector
 from inventory.models import Source
-from inventory.secrets import decrypt
+from inventory.secrets import source_secrets_open
 from inventory.sync import SyncReport, sync_source
 
 logger = logging.getLogger(__name__)
 
 
 def source_connector(source: Source) -> Connector:
-    """The connector for a source, with its stored secret decrypted into the config."""
-    config: dict[str, Any] = dict(source.config)
-    if source.secret:
-        config["private_key"] = decrypt(source.secret)
+    """The connector for a source, with its stored secrets decrypted into the config."""
+    config: dict[str, Any] = {**source.config, **source_secrets_open(source.kind, source.secret)}
     return get_connector(source.kind, source.name, config)
 
 

@@ -3,8 +3,9 @@ parameters: `?state=free&state=leased`."""
 
 import django_filters
 
+from agents.registry import known_kinds, unknown_kind_message
 from core.api.filtersets import BooleanFilter, IntegerFilter, StrictFilterSet
-from inventory.choices import GpuState, HostState, SourceKind
+from inventory.choices import GpuState, HostState
 from inventory.models import Gpu, Host, Pool
 
 
@@ -37,8 +38,9 @@ class GpuFilterSet(StrictFilterSet):
 class HostFilterSet(StrictFilterSet):
     name = django_filters.CharFilter(field_name="name", help_text="Host name, exact.")
     source = django_filters.CharFilter(field_name="source__name", help_text="Source name, exact.")
-    kind = django_filters.ChoiceFilter(field_name="source__kind", choices=SourceKind.choices,
-                                       help_text="Source kind.")
+    kind = django_filters.ChoiceFilter(field_name="source__kind", choices=[(k, k) for k in known_kinds()],
+                                       error_messages={"invalid_choice": unknown_kind_message("%(value)s")},
+                                       help_text="Source kind (a connector in agents/).")
     state = django_filters.MultipleChoiceFilter(choices=HostState.choices, help_text="Host state; repeat for several.")
     pool = django_filters.CharFilter(field_name="gpus__pool__name", distinct=True,
                                      help_text="Hosts with at least one GPU in this pool.")

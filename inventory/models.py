@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from inventory.choices import AdminState, GpuState, Health, HostState, SourceKind
+from inventory.choices import AdminState, GpuState, Health, HostState
+from inventory.validators import validate_source_kind
 
 
 class Pool(models.Model):
@@ -31,7 +32,9 @@ class Source(models.Model):
     """A place GPUs are discovered from: an SSH host list, a Kubernetes cluster, the demo fleet."""
 
     name = models.SlugField(max_length=64, unique=True)
-    kind = models.CharField(max_length=16, choices=SourceKind.choices)
+    # Any kind a connector in agents/ declares (agents.registry); no choices, so a new kind needs
+    # no migration.
+    kind = models.CharField(max_length=16, validators=[validate_source_kind])
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="sources",
                              help_text="Pool that newly discovered GPUs join.")
     config = models.JSONField(default=dict, blank=True)

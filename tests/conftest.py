@@ -12,7 +12,6 @@ import pytest
 from django.conf import settings
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
 ARTIFACTS = REPO / "test-artifacts"
 
 

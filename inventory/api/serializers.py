@@ -9,6 +9,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from agents.registry import known_kinds
 from core.api.renderers import drf_datetime
 from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
@@ -43,7 +44,7 @@ class HostSerializer(serializers.ModelSerializer):
     source = serializers.CharField(source="source.name", read_only=True,
                                    help_text="Source (SSH host list, cluster, simulated fleet) it came from.")
     kind = serializers.CharField(source="source.kind", read_only=True,
-                                 help_text="Source kind: ssh, kubernetes or simulated.")
+                                 help_text=f"Source kind: one of {', '.join(known_kinds())}.")
     gpu_count = serializers.IntegerField(read_only=True, help_text="GPUs on this host (gone ones excluded).")
     state = serializers.ChoiceField(choices=HostState.choices, read_only=True,
                                     help_text="Effective state: offline wins, then drain/cordon, then ready.")

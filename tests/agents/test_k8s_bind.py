@@ -18,7 +18,7 @@ from agents.base import (
     AgentError,
     BindRequest,
 )
-from agents.k8s_nodes import gpu_uuid
+from agents.k8s_resources import gpu_uuid
 from tests.support.kube import closed_port_url, connector_for, make_pod, running_kube_api
 from tests.support.kube_server import KubeApiServer
 

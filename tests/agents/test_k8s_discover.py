@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes.client import Configuration
 
-from agents.base import HOST_CORDONED, HOST_OFFLINE, HOST_READY, get_connector
+from agents.base import HOST_CORDONED, HOST_OFFLINE, HOST_READY
 from agents.kubernetes import KubernetesConnector
+from agents.registry import get_connector
 from tests.support.kube import (
     A16_NODELIST,
     AKS_NODELIST,
@@ -18,7 +19,6 @@ from tests.support.kube import (
     connector_for,
     derived_node,
     make_pod,
-    needs_captured,
     running_kube_api,
 )
 from tests.support.kube_server import KubeApiServer
@@ -80,7 +80,6 @@ def test_discovery_reads_gpu_nodes_and_counts_foreign_gpus(
     )
 
 
-@needs_captured
 def test_discovery_of_captured_clusters_skips_nodes_without_gpus(kube_api: KubeApiServer) -> None:
     kube_api.load_nodes(A16_NODELIST)
     kube_api.load_nodes(AKS_NODELIST)
@@ -94,7 +93,6 @@ def test_discovery_of_captured_clusters_skips_nodes_without_gpus(kube_api: KubeA
     assert (host.driver_version, host.cuda_version) == ("550.90.07", "12.4")
 
 
-@needs_captured
 def test_cluster_without_gpus_discovers_no_hosts_and_no_error(kube_api: KubeApiServer) -> None:
     kube_api.load_nodes(AKS_NODELIST)
     assert connector_for(kube_api).discover().hosts == ()

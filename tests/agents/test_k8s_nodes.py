@@ -8,10 +8,10 @@ import kubernetes_validate
 import pytest
 
 from agents.base import HEALTH_UNHEALTHY, HOST_CORDONED, HOST_OFFLINE, HOST_READY
-from agents.k8s_nodes import (
+from agents.k8s_nodes import node_to_host
+from agents.k8s_resources import (
     foreign_gpu_count,
     gpu_uuid,
-    node_to_host,
     parse_count,
     pod_gpu_count,
     resource_for_uuid,
@@ -19,17 +19,15 @@ from agents.k8s_nodes import (
 from tests.support.kube import (
     A16_NODELIST,
     AKS_NODELIST,
-    DERIVED,
+    K8S_FIXTURES,
     derived_node,
     load_json,
     make_pod,
-    needs_captured,
 )
 
 # --- captured fixtures (real clusters) ---------------------------------------------------------
 
 
-@needs_captured
 def test_rke2_a16_vgpu_node_reads_one_gpu_with_gfd_model_memory_and_versions() -> None:
     (node,) = load_json(A16_NODELIST)["items"]
     host = node_to_host(node, [])
@@ -53,7 +51,6 @@ def test_rke2_a16_vgpu_node_reads_one_gpu_with_gfd_model_memory_and_versions() -
     assert gpu.health == "ok"
 
 
-@needs_captured
 def test_aks_nodes_without_gpus_parse_to_hosts_with_no_gpus_and_no_error() -> None:
     nodes = load_json(AKS_NODELIST)["items"]
     hosts = [node_to_host(node, []) for node in nodes]
@@ -67,7 +64,7 @@ def test_aks_nodes_without_gpus_parse_to_hosts_with_no_gpus_and_no_error() -> No
 # --- derived fixtures (hand-written from real excerpts) -----------------------------------------
 
 
-@pytest.mark.parametrize("path", sorted(DERIVED.glob("derived-*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(K8S_FIXTURES.glob("derived-*.json")), ids=lambda p: p.name)
 def test_every_derived_fixture_is_a_valid_node_object(path) -> None:
     assert kubernetes_validate.validate(load_json(path), "1.37.0", strict=True) == "1.37"
 

@@ -8,16 +8,15 @@ from typing import Any
 import pytest
 
 from agents.base import BIND_FAILED, BIND_RUNNING, BIND_STARTING, BIND_SUCCEEDED, AgentError
-from agents.k8s_nodes import gpu_uuid
-from agents.k8s_pods import (
+from agents.k8s_pod_manifest import (
     GPU_TOLERATION,
     build_pod,
-    events_text,
     lease_label_value,
     pod_name,
-    pod_status,
     validate_pod,
 )
+from agents.k8s_pod_status import events_text, pod_status
+from agents.k8s_resources import gpu_uuid
 
 NODE = "gpu-a100-mig"
 LEASE = "3f2a9c1e-7b4d-4e8a-9f00-0123456789ab"

@@ -144,3 +144,11 @@ def test_lease_id_and_host_must_be_known_and_safe() -> None:
     with pytest.raises(AgentError, match="is not in source") as unknown:
         connector.bind(elsewhere)
     assert unknown.value.permanent is True
+
+
+def test_timeouts_are_the_base_connectors_set_by_the_entry() -> None:
+    default = SshConnector("lab", config())
+    assert (default.connect_timeout_s, default.request_timeout_s) == (10.0, 30.0)
+    assert (default.retry_budget_s, default.retry_delays) == (15.0, (0.5, 1.0, 2.0))
+    tuned = SshConnector("lab", config(connect_timeout=2, command_timeout=5))
+    assert (tuned.connect_timeout_s, tuned.request_timeout_s) == (2.0, 5.0)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.services.leases import lease_create, lease_release
-from inventory.choices import Health, HostState, SourceKind
+from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Pool, Source
 from inventory.services import gpu_refresh_states
 
@@ -31,7 +31,7 @@ class Seeded:
 def _lab(inference: Pool) -> None:
     """Hand-made SSH hosts: discovery is not run for them, so what is written here stays."""
     now = timezone.now()
-    lab = Source.objects.create(name="lab", kind=SourceKind.SSH, pool=inference, secret="gAAAA-not-shown")
+    lab = Source.objects.create(name="lab", kind="ssh", pool=inference, secret="gAAAA-not-shown")
     ok = Host.objects.create(source=lab, name="lab-a100-0", address="10.0.0.5", driver_version="535.104.05",
                              cuda_version="12.2", last_seen=now, foreign_gpus=1)
     down = Host.objects.create(source=lab, name="lab-a100-1", address="10.0.0.6", reported_state=HostState.OFFLINE,

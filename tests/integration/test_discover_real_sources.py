@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from tests.support.kube import A16_NODELIST, derived_node, make_pod, needs_captured
+from tests.support.kube import A16_NODELIST, derived_node, make_pod
 
-pytestmark = [pytest.mark.django_db, pytest.mark.sshd, needs_captured]
+pytestmark = [pytest.mark.django_db, pytest.mark.sshd]
 
 
 @pytest.fixture

@@ -20,19 +20,11 @@ import pytest
 from agents.kubernetes import KubernetesConnector
 from tests.support.kube_server import KubeApiServer
 
-_CAPTURED_DIRS = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "k8s",  # tests/fixtures/k8s, if copied in
-    Path("/work/shared/fixtures/k8s"),  # the team's shared folder
-)
-#: Captured Node lists from real clusters (fixtures/SOURCES.md); tests skip when absent.
-CAPTURED = next((d for d in _CAPTURED_DIRS if d.is_dir()), _CAPTURED_DIRS[0])
-A16_NODELIST = CAPTURED / "rke2-nvidia-a16-4q-vgpu-gpu-operator-nodelist.json"
-AKS_NODELIST = CAPTURED / "aks-standard-d2s-v3-3node-nogpu-nodelist.json"
-needs_captured = pytest.mark.skipif(
-    not A16_NODELIST.is_file(), reason=f"captured k8s fixtures not found in {_CAPTURED_DIRS}"
-)
-#: Hand-written Node objects, marked as derived (see k8s_fixtures/README.md).
-DERIVED = Path(__file__).resolve().parent / "k8s_fixtures"
+#: Node fixtures: two captured from real clusters (tests/fixtures/SOURCES.md) and hand-written
+#: ones marked as derived (tests/fixtures/k8s/README.md says which and what is made up).
+K8S_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
+A16_NODELIST = K8S_FIXTURES / "rke2-nvidia-a16-4q-vgpu-gpu-operator-nodelist.json"
+AKS_NODELIST = K8S_FIXTURES / "aks-standard-d2s-v3-3node-nogpu-nodelist.json"
 
 
 def load_json(path: Path) -> Any:
@@ -41,7 +33,7 @@ def load_json(path: Path) -> Any:
 
 def derived_node(name: str) -> dict[str, Any]:
     """A derived fixture by file name without `derived-` and `-node.json`."""
-    return load_json(DERIVED / f"derived-{name}-node.json")
+    return load_json(K8S_FIXTURES / f"derived-{name}-node.json")
 
 
 def make_pod(

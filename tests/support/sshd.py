@@ -2,7 +2,7 @@
 
 `SshServer` runs `/usr/sbin/sshd -D` from a temp dir with fresh keys (TESTING.md); it is ended by
 its own pid. `FakeHost` puts a `nvidia-smi` command in a directory that prints a *fleet*: the
-captured outputs in `../shared/fixtures/nvidia-smi/` as the agent's remote script asks for them
+captured outputs in `tests/fixtures/nvidia-smi/` as the agent's remote script asks for them
 (`tests/support/fake_nvidia_smi` does the answering; `write_fleet` prepares what it prints).
 Switching a FakeHost's fleet between two syncs changes what the "host" has.
 """
@@ -23,15 +23,16 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from agents import nvidia_smi
+from agents.nvidia_smi.csv import QUERY_GPU_FIELDS as AGENT_QUERY_GPU_FIELDS
 
 SSHD = Path("/usr/sbin/sshd")
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "nvidia-smi"
+#: The captured nvidia-smi outputs (tests/fixtures/SOURCES.md says where each comes from).
+FIXTURES = REPO / "tests" / "fixtures" / "nvidia-smi"
 FAKE_NVIDIA_SMI = Path(__file__).with_name("fake_nvidia_smi")
 # The fake answers query-gpu only for the agent's field list, as real nvidia-smi answers only
 # what was asked; a query for anything else is refused loudly.
-QUERY_GPU_FIELDS = ",".join(nvidia_smi.QUERY_GPU_FIELDS)
+QUERY_GPU_FIELDS = ",".join(AGENT_QUERY_GPU_FIELDS)
 NO_DRIVER = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"

@@ -1,4 +1,4 @@
-"""The Pod that runs a lease's workload on Kubernetes: build and validate it, read its status.
+"""The Pod that runs a lease's workload on Kubernetes: built from the user's manifest, validated.
 
 Pure functions over plain JSON-shaped dicts; no API calls.
 
@@ -12,19 +12,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.base import (
-    BIND_FAILED,
-    BIND_RUNNING,
-    BIND_STARTING,
-    BIND_SUCCEEDED,
-    AgentError,
-    BindingStatus,
-)
-from agents.k8s_nodes import LEASE_LABEL, is_gpu_resource, parse_count, resource_for_uuid
+from agents.base import AgentError
+from agents.k8s_resources import LEASE_LABEL, is_gpu_resource, parse_count, resource_for_uuid
 
 OWNER_ANNOTATION = "gpupool.io/owner"
 LEASE_ID_ANNOTATION = "gpupool.io/lease-id"
@@ -104,74 +96,15 @@ def build_pod(
     Refuses (AgentError, permanent) anything that is not a v1 Pod, has no containers, pins
     another node, asks for fractional GPUs or for more GPUs than the lease holds.
     """
-    if not isinstance(manifest, Mapping):
-        raise AgentError("binding.pod must be a Pod manifest (a mapping)", permanent=True)
-    kind = manifest.get("kind", "Pod")
-    if kind != "Pod":
-        raise AgentError(f"binding.pod must be a Pod manifest, not kind {kind!r}", permanent=True)
-    api_version = manifest.get("apiVersion", "v1")
-    if api_version != "v1":
-        raise AgentError(f"a Pod has apiVersion v1, not {api_version!r}", permanent=True)
+    pod = _pod_copy(manifest)
     if not gpu_uuids:
         raise AgentError("a pod binding needs at least one leased GPU", permanent=True)
-
-    pod: dict[str, Any] = copy.deepcopy(dict(manifest))
-    pod.pop("status", None)
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        raise AgentError("the Pod manifest has no spec", permanent=True)
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise AgentError("the Pod manifest has no containers", permanent=True)
-    if not all(isinstance(c, dict) for c in containers):
-        raise AgentError("every entry of spec.containers must be a mapping", permanent=True)
-    pinned = spec.get("nodeName")
-    if pinned and pinned != host_name:
-        raise AgentError(
-            f"the Pod manifest pins node {pinned!r} but the lease is on {host_name!r}",
-            permanent=True,
-        )
-
+    spec = _checked_spec(pod, host_name)
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
-    metadata = pod.setdefault("metadata", {})
-    if not isinstance(metadata, dict):
-        raise AgentError("the Pod manifest's metadata must be a mapping", permanent=True)
-    for key, kind in (("labels", Mapping), ("annotations", Mapping)):
-        if not isinstance(metadata.get(key) or {}, kind):
-            raise AgentError(f"the Pod manifest's metadata.{key} must be a mapping", permanent=True)
-    if not isinstance(spec.get("tolerations") or [], list):
-        raise AgentError("the Pod manifest's spec.tolerations must be a list", permanent=True)
-    requested_name = metadata.get("name") or metadata.get("generateName") or ""
-    for key in _SERVER_METADATA:
-        metadata.pop(key, None)
-    metadata["name"] = pod_name(lease_id)
-    metadata["namespace"] = namespace
-    metadata["labels"] = {
-        **(metadata.get("labels") or {}),
-        LEASE_LABEL: lease_label_value(lease_id),
-    }
-    annotations = {**(metadata.get("annotations") or {})}
-    annotations[OWNER_ANNOTATION] = owner
-    annotations[LEASE_ID_ANNOTATION] = str(lease_id)
-    if requested_name:
-        annotations[REQUESTED_NAME_ANNOTATION] = str(requested_name)
-    metadata["annotations"] = annotations
-
-    spec["nodeName"] = host_name
-    spec.setdefault("restartPolicy", "Never")
-    tolerations = spec.get("tolerations") or []
-    if not any(_covers_gpu_taint(t) for t in tolerations):
-        tolerations = [*tolerations, dict(GPU_TOLERATION)]
-    spec["tolerations"] = tolerations
-
-    units = leased_resources(host_name, gpu_uuids)
-    _assign_gpus(containers, units, fill=True)
-    for init in spec.get("initContainers") or []:
-        # Init containers run one at a time before the app containers and reuse the same
-        # devices: each may ask for up to the whole lease, and gets what it asked for.
-        if not isinstance(init, dict):
-            raise AgentError("every entry of spec.initContainers must be a mapping", permanent=True)
-        _assign_gpus([init], units, fill=False)
+    metadata = _checked_metadata(pod)
+    _pin_to_node(spec, host_name)
+    _mark_as_lease(metadata, lease_id=lease_id, namespace=namespace, owner=owner)
+    _give_leased_gpus(spec, leased_resources(host_name, gpu_uuids))
     return pod
 
 
@@ -186,7 +119,7 @@ def validate_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     from kubernetes.client import ApiClient
 
     with ApiClient() as api_client:
-        data = api_client.sanitize_for_serialization(dict(pod))
+        data: dict[str, Any] = api_client.sanitize_for_serialization(dict(pod))
     try:
         kubernetes_validate.validate(data, KUBERNETES_SCHEMA_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
@@ -204,123 +137,93 @@ def validate_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-# --- reading a pod's status ---------------------------------------------------------------------
-
-
-def pod_status(
-    pod: Mapping[str, Any],
-    handle: Mapping[str, Any],
-    *,
-    pending_deadline_s: float,
-    events: Callable[[], str],
-    now: datetime | None = None,
-) -> BindingStatus:
-    """Map a pod (API JSON) to a binding status.
-
-    Running → running; Succeeded → succeeded (exit 0); Failed → failed with the first bad
-    container's exit code and the reasons; Unknown (node not reporting) → running, since the
-    workload may well still run. Pending → starting, until it has been Pending longer than
-    `pending_deadline_s` since its creationTimestamp (else the handle's `created_at`): then
-    failed, with the waiting reasons and `events()` (called only then) as the reason.
-    """
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    if phase == "Running":
-        return BindingStatus(state=BIND_RUNNING, handle=handle)
-    if phase == "Succeeded":
-        return BindingStatus(state=BIND_SUCCEEDED, handle=handle, exit_code=0)
-    if phase == "Failed":
-        exit_code, reason = pod_failure(status)
-        return BindingStatus(state=BIND_FAILED, handle=handle, exit_code=exit_code, reason=reason)
-    if phase == "Unknown":
-        reason = "pod phase Unknown: its node is not reporting"
-        return BindingStatus(state=BIND_RUNNING, handle=handle, reason=reason)
-    waiting = pod_waiting_reasons(status)
-    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-    created = created or parse_time(handle.get("created_at"))
-    age = ((now or datetime.now(UTC)) - created).total_seconds() if created else 0.0
-    if age <= pending_deadline_s:
-        return BindingStatus(state=BIND_STARTING, handle=handle, reason=waiting)
-    reason = f"pod stayed Pending for {int(age)} s (deadline {int(pending_deadline_s)} s)"
-    details = "; ".join(filter(None, [waiting, events()])) or "no events recorded"
-    return BindingStatus(state=BIND_FAILED, handle=handle, reason=f"{reason}: {details}")
-
-
-def pod_failure(status: Mapping[str, Any]) -> tuple[int | None, str]:
-    """Exit code and words for a Failed pod: the first container that ended badly, plus the
-    pod-level reason (Evicted, OutOf<resource>, DeadlineExceeded) when there is one."""
-    parts = []
-    exit_code = None
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-    ]
-    for container in statuses:
-        terminated = (container.get("state") or {}).get("terminated") or {}
-        code = terminated.get("exitCode")
-        if code not in (None, 0):
-            exit_code = int(code)
-            text = f"container {container.get('name', '?')} exited with code {code}"
-            if terminated.get("reason"):
-                text += f" ({terminated['reason']})"
-            if terminated.get("message"):
-                text += f": {terminated['message']}"
-            parts.append(text)
-            break
-    if status.get("reason") or status.get("message"):
-        parts.append(": ".join(filter(None, [status.get("reason"), status.get("message")])))
-    return exit_code, "; ".join(parts) or "pod failed"
-
-
-def pod_waiting_reasons(status: Mapping[str, Any]) -> str:
-    """Why containers have not started yet (ImagePullBackOff, …), in words."""
-    texts = []
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-    ]
-    for container in statuses:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
-            text = f"container {container.get('name', '?')} waiting: {waiting['reason']}"
-            texts.append(f"{text} ({waiting['message']})" if waiting.get("message") else text)
-    return "; ".join(texts)
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as an aware datetime; None when missing or unreadable."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def events_text(events: Sequence[Mapping[str, Any]], pod_name: str, *, last: int = 5) -> str:
-    """The `last` most recent events about `pod_name`, in words ("" when none).
-
-    Filters on `involvedObject.name` itself: not every server honours the field selector.
-    """
-    mine = [e for e in events if (e.get("involvedObject") or {}).get("name") == pod_name]
-    mine.sort(key=_event_time)
-    return "; ".join(
-        f"{e.get('type', 'Normal')} {e.get('reason', '')}: {e.get('message', '')}".strip()
-        for e in mine[-last:]
-    )
-
-
-def _event_time(event: Mapping[str, Any]) -> str:
-    return str(
-        event.get("lastTimestamp")
-        or event.get("eventTime")
-        or (event.get("metadata") or {}).get("creationTimestamp")
-        or ""
-    )
-
-
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _pod_copy(manifest: Any) -> dict[str, Any]:
+    """A deep copy of a v1 Pod manifest, without the status a `kubectl get` copy may carry."""
+    if not isinstance(manifest, Mapping):
+        raise AgentError("binding.pod must be a Pod manifest (a mapping)", permanent=True)
+    kind = manifest.get("kind", "Pod")
+    if kind != "Pod":
+        raise AgentError(f"binding.pod must be a Pod manifest, not kind {kind!r}", permanent=True)
+    api_version = manifest.get("apiVersion", "v1")
+    if api_version != "v1":
+        raise AgentError(f"a Pod has apiVersion v1, not {api_version!r}", permanent=True)
+    pod: dict[str, Any] = copy.deepcopy(dict(manifest))
+    pod.pop("status", None)
+    return pod
+
+
+def _checked_spec(pod: Mapping[str, Any], host_name: str) -> dict[str, Any]:
+    """The pod's spec, once it has containers (all mappings) and pins no other node."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        raise AgentError("the Pod manifest has no spec", permanent=True)
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise AgentError("the Pod manifest has no containers", permanent=True)
+    if not all(isinstance(c, dict) for c in containers):
+        raise AgentError("every entry of spec.containers must be a mapping", permanent=True)
+    pinned = spec.get("nodeName")
+    if pinned and pinned != host_name:
+        raise AgentError(
+            f"the Pod manifest pins node {pinned!r} but the lease is on {host_name!r}",
+            permanent=True,
+        )
+    return spec
+
+
+def _checked_metadata(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's metadata (created when absent), once it and its labels and annotations are mappings."""
+    metadata = pod.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        raise AgentError("the Pod manifest's metadata must be a mapping", permanent=True)
+    for key in ("labels", "annotations"):
+        if not isinstance(metadata.get(key) or {}, Mapping):
+            raise AgentError(f"the Pod manifest's metadata.{key} must be a mapping", permanent=True)
+    return metadata
+
+
+def _pin_to_node(spec: dict[str, Any], host_name: str) -> None:
+    """Bypass the scheduler (the pool already decided) and tolerate the GPU taint."""
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise AgentError("the Pod manifest's spec.tolerations must be a list", permanent=True)
+    spec["nodeName"] = host_name
+    spec.setdefault("restartPolicy", "Never")
+    if not any(_covers_gpu_taint(t) for t in tolerations):
+        tolerations = [*tolerations, dict(GPU_TOLERATION)]
+    spec["tolerations"] = tolerations
+
+
+def _mark_as_lease(metadata: dict[str, Any], *, lease_id: str, namespace: str, owner: str) -> None:
+    """Our name, namespace, lease label and annotations; server-set fields dropped."""
+    requested_name = metadata.get("name") or metadata.get("generateName") or ""
+    for key in _SERVER_METADATA:
+        metadata.pop(key, None)
+    metadata["name"] = pod_name(lease_id)
+    metadata["namespace"] = namespace
+    metadata["labels"] = {
+        **(metadata.get("labels") or {}),
+        LEASE_LABEL: lease_label_value(lease_id),
+    }
+    annotations = {**(metadata.get("annotations") or {})}
+    annotations[OWNER_ANNOTATION] = owner
+    annotations[LEASE_ID_ANNOTATION] = str(lease_id)
+    if requested_name:
+        annotations[REQUESTED_NAME_ANNOTATION] = str(requested_name)
+    metadata["annotations"] = annotations
+
+
+def _give_leased_gpus(spec: dict[str, Any], units: list[str]) -> None:
+    _assign_gpus(spec["containers"], units, fill=True)
+    for init in spec.get("initContainers") or []:
+        # Init containers run one at a time before the app containers and reuse the same
+        # devices: each may ask for up to the whole lease, and gets what it asked for.
+        if not isinstance(init, dict):
+            raise AgentError("every entry of spec.initContainers must be a mapping", permanent=True)
+        _assign_gpus([init], units, fill=False)
 
 
 def _covers_gpu_taint(toleration: Any) -> bool:
