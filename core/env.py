@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 
 class ImproperlyConfiguredEnv(RuntimeError):
     pass
 
 
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None) -> str | None:
+    """The contents of the file `NAME_FILE` names (stripped) when set, else the variable's value;
+    `default` when neither is set or the variable is empty."""
     file_path = os.environ.get(f"{name}_FILE")
     if file_path:
         return Path(file_path).read_text().strip()

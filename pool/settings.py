@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import dj_database_url
 
 from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))  # type: ignore[arg-type]
+VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
@@ -86,7 +86,7 @@ TEMPLATES = [
 # --- database -----------------------------------------------------------------------------------
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpupool.sqlite3'}"),  # type: ignore[arg-type]
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpupool.sqlite3'}"),
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
@@ -144,7 +144,25 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- gpupool ------------------------------------------------------------------------------------
-GPUPOOL: dict[str, Any] = {
+class GpupoolSettings(TypedDict):
+    """The type of GPUPOOL, so `settings.GPUPOOL["KEY"]` reads as its own type, not a union."""
+
+    AUTOSCHEDULE: bool
+    FERNET_KEY: str | None
+    DEFAULT_TTL_S: int
+    MAX_TTL_S: int
+    PASS_INTERVAL_S: int
+    DISCOVERY_INTERVAL_S: int
+    OFFLINE_AFTER_INTERVALS: int
+    LOST_GRACE_S: int
+    OBSERVE_INTERVAL_S: int
+    SAMPLE_INTERVAL_S: int
+    TELEMETRY_HISTORY: int
+    POLICY: str
+    PREPARED_STATEMENTS: bool
+
+
+GPUPOOL: GpupoolSettings = {
     # Run a scheduling pass at once on lease events; 0 leaves it to beat and `manage.py schedule`.
     "AUTOSCHEDULE": env_bool("GPUPOOL_AUTOSCHEDULE", True),
     # Encrypts SSH private keys stored in the database (Fernet, urlsafe base64 32 bytes).
