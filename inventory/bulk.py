@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
+from django.db.models import Field
 
 # Values of these field types go to psycopg2 as they are; others pass through get_db_prep_save.
 _NATIVE = (models.IntegerField, models.FloatField, models.CharField, models.TextField,
@@ -22,7 +23,26 @@ _NATIVE = (models.IntegerField, models.FloatField, models.CharField, models.Text
            models.AutoField)
 
 
-def _get(row: Any, field: models.Field) -> Any:
+def _fields(model: type[models.Model], names: Iterable[str]) -> list[Field[Any, Any]]:
+    """The model's fields called `names`. TypeError for a reverse relation or a generic foreign
+    key: they have no column to write."""
+    fields = []
+    for name in names:
+        field = model._meta.get_field(name)
+        if not isinstance(field, Field):
+            raise TypeError(f"{model.__name__}.{name} has no column to write")
+        fields.append(field)
+    return fields
+
+
+def _column(field: Field[Any, Any]) -> str:
+    """The field's column, quoted for SQL."""
+    if field.column is None:  # only fields without a column of their own (none come here)
+        raise TypeError(f"{field} has no column")
+    return connection.ops.quote_name(field.column)
+
+
+def _get(row: Any, field: Field[Any, Any]) -> Any:
     if isinstance(row, Mapping):
         return row[field.attname] if field.attname in row else row[field.name]
     return getattr(row, field.attname)
@@ -37,19 +57,18 @@ def bulk_update_fast(model: type[models.Model], rows: Iterable[Any], fields: Seq
         return 0
     meta = model._meta
     pk = meta.pk
-    cols = [meta.get_field(name) for name in fields]
+    cols = _fields(model, fields)
     if connection.vendor != "postgresql":
         objs = [r if isinstance(r, models.Model) else model(pk=r["pk"], **{
             f.attname: _get(r, f) for f in cols}) for r in rows]
-        model.objects.bulk_update(objs, [f.name for f in cols], batch_size=1000)
+        model._default_manager.bulk_update(objs, [f.name for f in cols], batch_size=1000)
         return len(rows)
-    quote = connection.ops.quote_name
-    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in cols)
-    names = ", ".join(quote(c.column) for c in [pk, *cols])
+    assignments = ", ".join(f"{_column(f)} = v.{_column(f)}" for f in cols)
+    names = ", ".join(_column(c) for c in [pk, *cols])
     # Every placeholder is cast: VALUES infers types from the first row, where NULLs would be text.
     template = "(" + ", ".join(f"%s::{f.db_type(connection)}" for f in [pk, *cols]) + ")"
-    sql = (f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM (VALUES %s) AS v({names}) "
-           f"WHERE t.{quote(pk.column)} = v.{quote(pk.column)}")
+    sql = (f"UPDATE {connection.ops.quote_name(meta.db_table)} AS t SET {assignments} "
+           f"FROM (VALUES %s) AS v({names}) WHERE t.{_column(pk)} = v.{_column(pk)}")
     native = [isinstance(f, _NATIVE) for f in cols]
     values: list[tuple[Any, ...]] = []
     for row in rows:
@@ -91,7 +110,7 @@ def _array_literal(values: Iterable[Any]) -> str:
     return "{" + ",".join(out) + "}"
 
 
-def _array_params(model: type[models.Model], fields: Sequence[models.Field],
+def _array_params(fields: Sequence[Field[Any, Any]],
                   columns: Sequence[Sequence[Any]]) -> tuple[list[str], list[str]]:
     """One `%s::type[]` per field (for `unnest`), and each column as one array literal."""
     casts, params = [], []
@@ -114,18 +133,17 @@ def bulk_insert_columns(model: type[models.Model], fields: Sequence[str],
     n = len(columns[0]) if columns else 0
     if not n:
         return 0
-    meta = model._meta
-    cols = [meta.get_field(name) for name in fields]
+    cols = _fields(model, fields)
     if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**{f.attname: column[i] for f, column in zip(cols, columns, strict=True)})
-                                   for i in range(n)], batch_size=1000)
+        model._default_manager.bulk_create(
+            [model(**{f.attname: column[i] for f, column in zip(cols, columns, strict=True)}) for i in range(n)],
+            batch_size=1000)
         return n
-    quote = connection.ops.quote_name
-    casts, params = _array_params(model, cols, columns)
-    names = ", ".join(quote(f.column) for f in cols)
+    casts, params = _array_params(cols, columns)
+    names = ", ".join(_column(f) for f in cols)
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT * FROM unnest({', '.join(casts)})",
-                       params)
+        cursor.execute(f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) "
+                       f"SELECT * FROM unnest({', '.join(casts)})", params)
     return n
 
 
@@ -142,28 +160,31 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
         return set()
     meta = model._meta
     pk = meta.pk
-    cols = [meta.get_field(name) for name in fields]
-    same = {meta.get_field(name): value for name, value in (same or {}).items()}
-    conditions = [(meta.get_field(name), value) for name, value in (only_if or {}).items()]
+    cols = _fields(model, fields)
+    same = same or {}
+    only_if = only_if or {}
+    same_fields = list(zip(_fields(model, same), same.values(), strict=True))
+    conditions = list(zip(_fields(model, only_if), only_if.values(), strict=True))
     if connection.vendor != "postgresql":
-        match = set(model.objects.filter(pk__in=list(keys), **{f.name: v for f, v in conditions})
+        match = set(model._default_manager.filter(pk__in=list(keys), **{f.name: v for f, v in conditions})
                     .values_list("pk", flat=True))
         objs = [model(pk=key, **{f.attname: column[i] for f, column in zip(cols, columns, strict=True)},
-                      **{f.attname: value for f, value in same.items()})
+                      **{f.attname: value for f, value in same_fields})
                 for i, key in enumerate(keys) if pk.to_python(key) in match]
-        model.objects.bulk_update(objs, [f.name for f in [*cols, *same]], batch_size=1000)
+        model._default_manager.bulk_update(objs, [f.name for f in [*cols, *(f for f, _ in same_fields)]],
+                                           batch_size=1000)
         return {str(obj.pk) for obj in objs}
-    quote = connection.ops.quote_name
-    casts, params = _array_params(model, [pk, *cols], [keys, *columns])
-    names = ", ".join(quote(f.column) for f in [pk, *cols])
-    assignments = ", ".join([*(f"{quote(f.column)} = v.{quote(f.column)}" for f in cols),
-                             *(f"{quote(f.column)} = %s" for f in same)])
-    where = "".join(f" AND t.{quote(f.column)} = %s" for f, _ in conditions)
-    sql = (f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM unnest({', '.join(casts)}) AS v({names}) "
-           f"WHERE t.{quote(pk.column)} = v.{quote(pk.column)}{where} RETURNING t.{quote(pk.column)}::text")
-    prep = [f.get_db_prep_save(value, connection) for f, value in [*same.items(), *conditions]]
+    casts, params = _array_params([pk, *cols], [keys, *columns])
+    names = ", ".join(_column(f) for f in [pk, *cols])
+    assignments = ", ".join([*(f"{_column(f)} = v.{_column(f)}" for f in cols),
+                             *(f"{_column(f)} = %s" for f, _ in same_fields)])
+    where = "".join(f" AND t.{_column(f)} = %s" for f, _ in conditions)
+    sql = (f"UPDATE {connection.ops.quote_name(meta.db_table)} AS t SET {assignments} "
+           f"FROM unnest({', '.join(casts)}) AS v({names}) "
+           f"WHERE t.{_column(pk)} = v.{_column(pk)}{where} RETURNING t.{_column(pk)}::text")
+    prep = [f.get_db_prep_save(value, connection) for f, value in [*same_fields, *conditions]]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*prep[:len(same)], *params, *prep[len(same):]])
+        cursor.execute(sql, [*prep[:len(same_fields)], *params, *prep[len(same_fields):]])
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -173,14 +194,13 @@ def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> i
     if not keys:
         return 0
     if connection.vendor != "postgresql":
-        return model.objects.filter(pk__in=list(keys)).update(**values)
+        return model._default_manager.filter(pk__in=list(keys)).update(**values)
     meta = model._meta
-    quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in values]
-    assignments = ", ".join(f"{quote(f.column)} = %s" for f in fields)
+    fields = _fields(model, values)
+    assignments = ", ".join(f"{_column(f)} = %s" for f in fields)
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {quote(meta.db_table)} SET {assignments} "
-                       f"WHERE {quote(meta.pk.column)} = ANY(%s::{meta.pk.db_type(connection)}[])",
+        cursor.execute(f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments} "
+                       f"WHERE {_column(meta.pk)} = ANY(%s::{meta.pk.db_type(connection)}[])",
                        [*(f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)),
                         _array_literal(keys)])
         return cursor.rowcount
