@@ -7,12 +7,20 @@ lease-create throttle and the capacity-profile cache make three such calls per l
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.core.cache.backends import redis as django_redis
 
+if TYPE_CHECKING:
+    import redis
+
 
 class RedisCacheClient(django_redis.RedisCacheClient):
+    # Django's own client defines these; they are private, so the stubs leave them out.
+    _client: type[redis.Redis]
+    _get_connection_pool: Callable[[bool], redis.ConnectionPool]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._clients: dict[int, Any] = {}

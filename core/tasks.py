@@ -91,7 +91,7 @@ def gpupool_task(*, name: str, soft_time_limit: int = 120, time_limit: int = 150
 
         # Celery checks call arguments against the signature; it must be the body's plus `self`
         # (functools.wraps would make it look like the body's alone).
-        del run.__wrapped__  # type: ignore[attr-defined]
+        del run.__wrapped__
         signature = inspect.signature(func)
         run.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),

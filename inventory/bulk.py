@@ -42,6 +42,11 @@ def _column(field: Field[Any, Any]) -> str:
     return connection.ops.quote_name(field.column)
 
 
+def quoted_column(model: type[models.Model], name: str) -> str:
+    """The column of the model's field `name`, quoted for SQL."""
+    return _column(_fields(model, [name])[0])
+
+
 def _get(row: Any, field: Field[Any, Any]) -> Any:
     if isinstance(row, Mapping):
         return row[field.attname] if field.attname in row else row[field.name]

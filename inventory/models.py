@@ -13,11 +13,12 @@ class Pool(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
-    # Not columns: capacity counts annotated by `inventory.selectors.pool_list`, pending work set
-    # by the API's pool listing.
+    # Not columns: capacity counts annotated by `inventory.selectors.pool_list`, per-model counts
+    # and pending work set by the API's pool listing.
     capacity: int
     allocated: int
     free: int
+    per_model: dict[str, dict[str, int]]
     pending: int
     pending_gpus: int
 
@@ -139,7 +140,8 @@ class Gpu(models.Model):
 
     @property
     def parent_uuid(self) -> str:
-        return self.parent.uuid if self.parent_id else ""
+        # parent_id first: a whole GPU answers without the descriptor's work.
+        return self.parent.uuid if self.parent_id and self.parent else ""
 
 
 class GpuSample(models.Model):

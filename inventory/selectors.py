@@ -33,7 +33,9 @@ def _units_in_pool(**filters: Any) -> Coalesce:
 
 def pool_list() -> QuerySet[Pool]:
     """Pools with `capacity`, `allocated` and `free` counted in capacity units."""
-    return Pool.objects.annotate(
+    # The plugin takes the names for a clash with Pool's attributes; they are those attributes'
+    # values (declared on Pool for the instances the API fills by hand).
+    return Pool.objects.annotate(  # type: ignore[no-redef]
         capacity=_units_in_pool(),
         allocated=_units_in_pool(state=GpuState.LEASED),
         free=_units_in_pool(state=GpuState.FREE),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 
-from inventory.bulk import bulk_update_fast
+from inventory.bulk import bulk_update_fast, quoted_column
 from inventory.choices import AdminState, GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
@@ -35,7 +35,7 @@ def gpu_state_sql(*, gpu: str, host_state: str, leased: str | None = None) -> st
     to use instead of the row's own flag (e.g. "false" in an UPDATE that clears it). The same rule,
     clause for clause; tests/allocation/test_one_statement_writes.py checks every combination."""
     def col(name: str) -> str:
-        return f"{gpu}.{connection.ops.quote_name(Gpu._meta.get_field(name).column)}"
+        return f"{gpu}.{quoted_column(Gpu, name)}"
 
     def lit(value: str) -> str:
         assert "'" not in value  # choice values are identifiers

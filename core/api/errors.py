@@ -48,33 +48,44 @@ def _first_message(details: Any) -> str:
     return str(details)
 
 
+def _as_drf_error(exc: Exception) -> Exception:
+    """Django's own errors as the DRF errors they stand for; any other exception unchanged."""
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(detail=exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge()
+    return exc
+
+
+def _api_error_response(exc: exceptions.APIException, context: dict[str, Any]) -> Response:
+    """A DRF error in the one body, with its status and the headers DRF gives it (the
+    authentication challenge, the throttle's Retry-After, the allowed methods)."""
+    response = drf_exception_handler(exc, context)
+    codes = exc.get_codes()
+    code = codes if isinstance(codes, str) else "error"
+    headers = dict(response.headers) if response is not None else {}
+    resp = Response(error_body(str(code), str(exc.detail)), status=exc.status_code)
+    for name in ("WWW-Authenticate", "Retry-After", "Allow"):
+        if name in headers:
+            resp[name] = headers[name]
+    return resp
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's EXCEPTION_HANDLER. Returns None only for errors it does not know (they become a
     logged 500 with the JSON body of `server_error`)."""
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
-    if isinstance(exc, DjangoValidationError):
-        exc = exceptions.ValidationError(detail=exc.message_dict if hasattr(exc, "error_dict")
-                                         else exc.messages)
-    elif isinstance(exc, Http404):
-        exc = exceptions.NotFound()
-    elif isinstance(exc, PermissionDenied):
-        exc = exceptions.PermissionDenied()
-    elif isinstance(exc, RequestDataTooBig):
-        exc = PayloadTooLarge()
+    exc = _as_drf_error(exc)
     if isinstance(exc, exceptions.ValidationError):
         return Response(error_body("invalid", _first_message(exc.detail), exc.detail),
                         status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.APIException):
-        response = drf_exception_handler(exc, context)
-        codes = exc.get_codes()
-        code = codes if isinstance(codes, str) else "error"
-        headers = dict(response.headers) if response is not None else {}
-        resp = Response(error_body(str(code), str(exc.detail)), status=exc.status_code)
-        for name in ("WWW-Authenticate", "Retry-After", "Allow"):
-            if name in headers:
-                resp[name] = headers[name]
-        return resp
+        return _api_error_response(exc, context)
     if isinstance(exc, DatabaseError):
         logger.exception("database error in API")
         return Response(error_body("database_unavailable", "the database is unavailable; retry"),
@@ -89,7 +100,7 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
-def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """400 raised before DRF: a body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413, not a 400."""
     if isinstance(exception, RequestDataTooBig):
         if not _is_api(request):
@@ -103,7 +114,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     return django_bad_request(request, exception)
 
 
-def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
     if _is_api(request):
         return JsonResponse(error_body("permission_denied", "you may not do this"), status=403)
     from django.views.defaults import permission_denied as django_permission_denied

@@ -20,7 +20,9 @@ class StrictBooleanField(forms.NullBooleanField):
 
     widget = forms.TextInput
 
-    def to_python(self, value: Any) -> bool | None:
+    # NullBooleanField's own signature (its None is "no filter"); the stubs ignore the same clash with
+    # BooleanField.to_python, which never returns None.
+    def to_python(self, value: Any) -> bool | None:  # type: ignore[override]
         if value in (None, ""):
             return None
         if value in (True, "true", "True", "1"):

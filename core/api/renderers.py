@@ -40,7 +40,7 @@ class JSONRenderer(renderers.JSONRenderer):
                renderer_context: Mapping[str, Any] | None = None) -> bytes:
         if data is None:
             return b""
-        if self.get_indent(accepted_media_type, renderer_context or {}) is not None:
+        if self.get_indent(accepted_media_type or "", renderer_context or {}) is not None:
             return super().render(data, accepted_media_type, renderer_context)
         try:
             out = orjson.dumps(data, default=_ENCODER.default, option=_OPTIONS)
@@ -60,8 +60,9 @@ class JSONParser(parsers.JSONParser):
         raw = stream.read() if stream is not None else b""
         # orjson reads integers beyond 64 bits as floats (precision lost): bodies with 19 digits in
         # a row, and other charsets, go to the stock parser.
-        if (parsers.get_encoding(parser_context or {}).lower().replace("-", "") == "utf8"
-                and not _LONG_NUMBER.search(raw)):
+        # DRF's get_encoding (the charset, text codecs only) is missing from djangorestframework-stubs.
+        encoding = parsers.get_encoding(parser_context or {})  # type: ignore[attr-defined]
+        if encoding.lower().replace("-", "") == "utf8" and not _LONG_NUMBER.search(raw):
             try:
                 return orjson.loads(raw)
             except orjson.JSONDecodeError:

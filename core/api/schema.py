@@ -4,7 +4,7 @@ would see undocumented 4xx responses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
@@ -33,7 +33,7 @@ _WRITES = {
 
 
 class GpupoolAutoSchema(AutoSchema):
-    def _get_response_bodies(self, direction: str = "response") -> dict[str, Any]:
+    def _get_response_bodies(self, direction: Literal["request", "response"] = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         errors = dict(_COMMON)
         if self.method in ("POST", "PUT", "PATCH"):

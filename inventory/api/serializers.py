@@ -41,7 +41,8 @@ class PoolSerializer(serializers.ModelSerializer):
 
 
 class HostSerializer(serializers.ModelSerializer):
-    source = serializers.CharField(source="source.name", read_only=True,
+    # A declared field (SerializerMetaclass takes it off the class), not the stubs' `Field.source`.
+    source = serializers.CharField(source="source.name", read_only=True,  # type: ignore[assignment]
                                    help_text="Source (SSH host list, cluster, simulated fleet) it came from.")
     kind = serializers.CharField(source="source.kind", read_only=True,
                                  help_text=f"Source kind: one of {', '.join(known_kinds())}.")
@@ -113,7 +114,7 @@ class GpuSerializer(serializers.ModelSerializer):
         return {
             "uuid": gpu.uuid, "index": gpu.index, "host": gpu.host.name, "pool": gpu.pool.name,
             "model": gpu.model, "memory_mb": gpu.memory_mb, "mig_profile": gpu.mig_profile,
-            "parent_uuid": gpu.parent.uuid if gpu.parent_id else "", "state": gpu.state,
+            "parent_uuid": gpu.parent_uuid, "state": gpu.state,
             "health": gpu.health, "health_reason": gpu.health_reason, "shared_replicas": gpu.shared_replicas,
             "utilization_pct": gpu.utilization_pct, "memory_used_mb": gpu.memory_used_mb,
             "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
