@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
@@ -22,10 +22,15 @@ from django.core.wsgi import get_wsgi_application
 
 from allocation.watch import handlers
 
+if TYPE_CHECKING:
+    from a2wsgi.asgi_typing import Scope
+
 # Request threads per process (the API's concurrency; waiting clients do not count against it).
 THREADS = int(os.environ.get("GPUPOOL_WEB_THREADS", "4"))
 
-django_app = WSGIMiddleware(get_wsgi_application(), workers=THREADS)
+# django-stubs types a WSGIHandler call as returning HttpResponseBase, which is not iterable; the
+# responses it returns (HttpResponse, StreamingHttpResponse) are, as WSGI asks.
+django_app = WSGIMiddleware(get_wsgi_application(), workers=THREADS)  # type: ignore[arg-type]
 
 EVENTS = re.compile(r"^/api/v1/leases/events/?$")
 LEASE = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/?$")
@@ -44,7 +49,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if match and scope.get("method") == "GET" and "wait" in handlers.query(scope):
             await handlers.handle(handlers.wait_lease, scope, receive, send, lease_id=match["lease_id"])
             return
-    await django_app(scope, receive, send)
+    await django_app(cast("Scope", scope), receive, send)
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
