@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -16,7 +16,8 @@ class QuotaForm(forms.Form):
                                help_text="Empty: may borrow every idle GPU of the pool.")
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         guaranteed, limit = data.get("guaranteed"), data.get("limit")
         if guaranteed is not None and limit is not None and limit < guaranteed:
             raise forms.ValidationError(
@@ -37,8 +38,8 @@ class LeaseFilterForm(forms.Form):
 
     def __init__(self, *args: Any, teams: list[str], pools: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["team"].choices = [("", "Any team"), *((t, t) for t in teams)]
-        self.fields["pool"].choices = [("", "Any pool"), *((p, p) for p in pools)]
+        cast(forms.ChoiceField, self.fields["team"]).choices = [("", "Any team"), *((t, t) for t in teams)]
+        cast(forms.ChoiceField, self.fields["pool"]).choices = [("", "Any pool"), *((p, p) for p in pools)]
 
 
 class RenewForm(forms.Form):
@@ -63,11 +64,12 @@ class CapacityForm(forms.Form):
 
     def __init__(self, *args: Any, host_ids: list[int], gpu_ids: list[int], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["hosts"].choices = [(h, h) for h in host_ids]
-        self.fields["gpus"].choices = [(g, g) for g in gpu_ids]
+        cast(forms.ChoiceField, self.fields["hosts"]).choices = [(h, h) for h in host_ids]
+        cast(forms.ChoiceField, self.fields["gpus"]).choices = [(g, g) for g in gpu_ids]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if not data.get("hosts") and not data.get("gpus"):
             raise forms.ValidationError("Pick at least one host or GPU to move.", code="empty")
         return data

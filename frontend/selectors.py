@@ -15,7 +15,7 @@ from django.db.models import Avg, Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from allocation.choices import LeaseState
-from allocation.models import Lease, LeaseGpu, Quota
+from allocation.models import Lease, LeaseGpu, Quota, Team
 from allocation.selectors import fair_share_standing, lease_list, quota_list
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
@@ -66,30 +66,45 @@ def telemetry_window_s() -> int:
 def pool_overview(*, now: datetime | None = None) -> list[PoolStats]:
     """Per pool: capacity, allocation, borrowing, queue, GPU states, GPU-hours today, utilisation."""
     now = now or timezone.now()
-    stats = {p.pk: PoolStats(pool=p, capacity=p.capacity, allocated=p.allocated, free=p.free)
-             for p in pool_list()}
+    stats = [PoolStats(pool=p, capacity=p.capacity, allocated=p.allocated, free=p.free) for p in pool_list()]
+    states = _gpu_states_by_pool()
+    borrowed = _borrowed_gpus_by_pool()
+    pending = _pending_by_pool()
+    hours = gpu_hours_since(now.replace(hour=0, minute=0, second=0, microsecond=0), now)
+    start = chart_start(now)
+    series = utilisation_series(start, now)
+    for s in stats:
+        pool_id = s.pool.pk
+        s.states = states.get(pool_id, {})
+        s.borrowed = borrowed.get(pool_id, 0)
+        s.pending_leases, s.pending_gpus = pending.get(pool_id, (0, 0))
+        s.gpu_hours_today = hours.get(pool_id, 0.0)
+        s.chart = line_chart(series.get(pool_id, []), start=start, end=now)
+    return stats
+
+
+def _gpu_states_by_pool() -> dict[int, dict[str, int]]:
+    """Per pool: how many GPUs are in each state, counting whole GPUs and MIG slices (not their
+    parents). Pools without GPUs are absent."""
+    states: dict[int, dict[str, int]] = defaultdict(dict)
     for row in (Gpu.objects.filter(gone=False, slices__isnull=True).values("pool_id", "state")
                 .annotate(n=Count("pk", distinct=True))):
-        if row["pool_id"] in stats:
-            stats[row["pool_id"]].states[row["state"]] = row["n"]
-    for pool_id, n in (LeaseGpu.objects.filter(active=True, lease__borrowed=True)
-                       .values_list("lease__pool_id").annotate(n=Count("pk"))):
-        if pool_id in stats:
-            stats[pool_id].borrowed = n
-    for pool_id, n, gpus in (Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id")
-                             .annotate(n=Count("pk"), g=Sum("gpu_count"))):
-        if pool_id in stats:
-            stats[pool_id].pending_leases, stats[pool_id].pending_gpus = n, gpus or 0
-    for pool_id, hours in gpu_hours_since(now.replace(hour=0, minute=0, second=0, microsecond=0), now).items():
-        if pool_id in stats:
-            stats[pool_id].gpu_hours_today = hours
-    start = chart_start(now)
-    for pool_id, points in utilisation_series(start, now).items():
-        if pool_id in stats:
-            stats[pool_id].chart = line_chart(points, start=start, end=now)
-    for s in stats.values():
-        s.chart = s.chart or line_chart([], start=start, end=now)
-    return list(stats.values())
+        states[row["pool_id"]][row["state"]] = row["n"]
+    return dict(states)
+
+
+def _borrowed_gpus_by_pool() -> dict[int, int]:
+    """Per pool: GPUs held by leases that borrow beyond their team's guarantee; pools with none
+    are absent."""
+    return {pool_id: n for pool_id, n in (LeaseGpu.objects.filter(active=True, lease__borrowed=True)
+                                          .values_list("lease__pool_id").annotate(n=Count("pk")))}
+
+
+def _pending_by_pool() -> dict[int, tuple[int, int]]:
+    """Per pool: (pending leases, GPUs they ask for); pools with no pending lease are absent."""
+    return {pool_id: (n, gpus or 0) for pool_id, n, gpus in (
+        Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id")
+        .annotate(n=Count("pk"), g=Sum("gpu_count")))}
 
 
 def chart_start(now: datetime) -> datetime:
@@ -106,6 +121,7 @@ def gpu_hours_since(start: datetime, now: datetime) -> dict[int, float]:
         Q(ended_at__isnull=True) | Q(ended_at__gt=start)).values_list("pool_id", "gpu_count", "granted_at", "ended_at")
     hours: dict[int, float] = defaultdict(float)
     for pool_id, gpus, granted, ended in rows:
+        assert granted is not None  # filtered above
         seconds = (min(ended or now, now) - max(granted, start)).total_seconds()
         hours[pool_id] += gpus * max(seconds, 0.0) / 3600
     return dict(hours)
@@ -128,29 +144,76 @@ def utilisation_series(start: datetime, end: datetime,
                       for i, (total, n) in enumerate(slots)] for pool_id, slots in sums.items()}
 
 
+@dataclass(frozen=True)
+class QuotaRow:
+    """A quota as its row on the quotas page draws it: the quota (with the counts `quota_list`
+    sets), the capacity of its pool, and the bar's full length `scale` (its limit, or the pool's
+    capacity when unlimited)."""
+
+    quota: Quota
+    capacity: int
+    scale: int
+
+    @property
+    def in_guarantee(self) -> int:
+        """Used GPUs that are not borrowed."""
+        return max(self.quota.used - self.quota.borrowed, 0)
+
+    # The quota's own fields, as the row's template and the pages' tests read them.
+    @property
+    def pk(self) -> int:
+        return self.quota.pk
+
+    @property
+    def team(self) -> Team:
+        return self.quota.team
+
+    @property
+    def pool(self) -> Pool:
+        return self.quota.pool
+
+    @property
+    def guaranteed(self) -> int:
+        return self.quota.guaranteed
+
+    @property
+    def limit(self) -> int | None:
+        return self.quota.limit
+
+    @property
+    def used(self) -> int:
+        return self.quota.used
+
+    @property
+    def borrowed(self) -> int:
+        return self.quota.borrowed
+
+    @property
+    def pending(self) -> int:
+        return self.quota.pending
+
+
 @dataclass
 class TeamQuotas:
     name: str
     weight: float
     standing: dict[str, float]
-    quotas: list[Quota]
+    quotas: list[QuotaRow]
 
 
 def team_quotas(*, user: Any) -> tuple[list[TeamQuotas], int]:
-    """The user's visible quotas grouped by team, each quota with `used`, `borrowed`, `pending`
-    and `scale` (the bar's full length: its limit, or the pool's capacity when unlimited), plus
-    the number of ranked teams."""
+    """The user's visible quotas grouped by team, as rows of the quotas page, plus the number of
+    ranked teams."""
     capacity = {p.pk: p.capacity for p in pool_list()}
     standing = fair_share_standing()
     teams: dict[str, TeamQuotas] = {}
     for quota in quota_list(user=user):
-        quota.capacity = capacity.get(quota.pool_id, 0)
-        ceiling = quota.limit if quota.limit is not None else quota.capacity
-        quota.scale = max(ceiling, quota.used, quota.guaranteed, 1)
-        quota.in_guarantee = max(quota.used - quota.borrowed, 0)
+        pool_capacity = capacity.get(quota.pool_id, 0)
+        ceiling = quota.limit if quota.limit is not None else pool_capacity
+        row = QuotaRow(quota, capacity=pool_capacity, scale=max(ceiling, quota.used, quota.guaranteed, 1))
         team = teams.setdefault(quota.team.name, TeamQuotas(
             quota.team.name, quota.team.weight, standing.get(quota.team.name, {}), []))
-        team.quotas.append(quota)
+        team.quotas.append(row)
     return sorted(teams.values(), key=lambda t: t.standing.get("rank", 10**6)), len(standing)
 
 

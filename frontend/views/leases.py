@@ -76,16 +76,17 @@ def _act(request: HttpRequest, lease_id: str, verb: str) -> HttpResponse:
     actor = request.user.get_username()
     try:
         if verb == "release":
-            form = ReleaseForm(request.POST)
-            reason = form.cleaned_data["reason"] if form.is_valid() else ""
+            release = ReleaseForm(request.POST)
+            reason = release.cleaned_data["reason"] if release.is_valid() else ""
             lease = lease_release(lease=lease, actor=actor, reason=reason)
             messages.success(request, f"Lease {str(lease.pk)[:8]} is {lease.get_state_display().lower()}.")
         else:
-            form = RenewForm(request.POST)
-            if not form.is_valid():
-                messages.error(request, "Not renewed: " + " ".join(e for errs in form.errors.values() for e in errs))
+            renew = RenewForm(request.POST)
+            if not renew.is_valid():
+                errors = (str(e) for errs in renew.errors.values() for e in errs)
+                messages.error(request, "Not renewed: " + " ".join(errors))
                 return redirect("frontend:lease-detail", lease_id=lease.pk)
-            lease = lease_renew(lease=lease, actor=actor, ttl_seconds=form.cleaned_data["ttl_seconds"])
+            lease = lease_renew(lease=lease, actor=actor, ttl_seconds=renew.cleaned_data["ttl_seconds"])
             until = f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC" if lease.expires_at else "its grant"
             messages.success(request, f"Lease {str(lease.pk)[:8]} renewed: it now runs until {until}.")
     except DomainError as exc:

@@ -49,7 +49,7 @@ def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
             error = exc.message
             form.add_error(None, error)
     else:
-        error = " ".join(form.non_field_errors()) or "Check the highlighted fields."
+        error = " ".join(str(e) for e in form.non_field_errors()) or "Check the highlighted fields."
     label = f"{quota.team.name} in {quota.pool.name}"
     if is_htmx(request):
         if form.errors:
@@ -81,7 +81,7 @@ def team_weight(request: HttpRequest, team_name: str) -> HttpResponse:
                        "weight_form": form if form.errors else None, "weight_saved": not form.errors},
                       status=422 if form.errors else 200)
     if form.errors:
-        messages.error(request, f"Weight of {team.name} not saved: {' '.join(form.errors['weight'])}")
+        messages.error(request, f"Weight of {team.name} not saved: {' '.join(str(e) for e in form.errors['weight'])}")
     else:
         messages.success(request, f"Weight of {team.name} saved.")
     return redirect("frontend:quotas")
