@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -114,90 +115,146 @@ TELEMETRY_FIELDS = ("utilization_pct", "memory_used_mb", "temperature_c", "power
 _ROW_FIELDS = ("pk", "uuid", "leased", *STRUCT_FIELDS, *TELEMETRY_FIELDS)
 
 
+_Row = dict[str, Any]  # a GPU row as read by values_list(*_ROW_FIELDS), keyed by field name
+
+
 def _sync_gpus(source: Source, facts: tuple[HostFact, ...], hosts: dict[str, Host], now: datetime,
                report: SyncReport) -> list[int]:
-    """Create, update and mark gone the source's GPUs. Existing rows are read as plain tuples
-    (building 16,000 model instances would cost more than the whole comparison), and only rows
-    that differ are written: structural changes and telemetry in separate bulk UPDATEs."""
+    """Create, update and mark gone the source's GPUs; return the ids of leased GPUs that vanished.
+    Existing rows are read as plain dicts (building 16,000 model instances would cost more than
+    the whole comparison), and only rows that differ are written: structural changes and telemetry
+    in separate bulk UPDATEs."""
     seen_uuids = {g.uuid for f in facts for g in f.gpus}
+    sync = _GpuSync(source=source, hosts=hosts, now=now, report=report, rows=_gpu_rows(source, seen_uuids),
+                    counted={hosts[f.name].pk for f in facts if not f.error and f.foreign_gpus},
+                    take_samples=_sample_due(source, now))
+    # Two phases, parents before slices, so a new slice can point at its new parent's row.
+    sync.reconcile_reported(facts, slices=False)
+    sync.reconcile_reported(facts, slices=True)
+    vanished = sync.mark_unreported(facts, seen_uuids)
+    for row in _assign_counted_foreign(sync.counted, facts, hosts, sync.rows):
+        sync.struct_changed[row["uuid"]] = row
+    sync.write()
+    return vanished
+
+
+def _gpu_rows(source: Source, uuids: set[str]) -> dict[str, _Row]:
+    """The source's GPU rows by UUID, plus the rows of reported GPUs that are still on another
+    source's host (moved here, rare): they are adopted."""
     rows = {r[1]: dict(zip(_ROW_FIELDS, r, strict=True)) for r in
             Gpu.objects.filter(host__source=source).values_list(*_ROW_FIELDS)}
-    unknown = seen_uuids - rows.keys()
-    if unknown:  # GPUs that moved here from another source's host (rare): adopt them
+    unknown = uuids - rows.keys()
+    if unknown:
         rows.update((r[1], dict(zip(_ROW_FIELDS, r, strict=True))) for r in
                     Gpu.objects.filter(uuid__in=unknown).values_list(*_ROW_FIELDS))
-    counted = {hosts[f.name].pk for f in facts if not f.error and f.foreign_gpus}
-    struct_changed: dict[str, dict] = {}
-    telemetry_changed: dict[str, dict] = {}
-    samples: list[GpuSample] = []
-    take_samples = _sample_due(source, now)
-    # Two phases, parents before slices, so a new slice can point at its new parent's row.
-    for slices in (False, True):
+    return rows
+
+
+@dataclass(slots=True)
+class _GpuSync:
+    """One source's GPU reconciliation: the existing rows (updated in place as facts are applied)
+    and what is to be written."""
+
+    source: Source
+    hosts: dict[str, Host]
+    now: datetime
+    report: SyncReport
+    rows: dict[str, _Row]
+    counted: set[int]  # hosts that report foreign use as a count: decided per host, not per GPU
+    take_samples: bool
+    struct_changed: dict[str, _Row] = field(default_factory=dict)
+    telemetry_changed: dict[str, _Row] = field(default_factory=dict)
+    samples: list[GpuSample] = field(default_factory=list)
+
+    def reconcile_reported(self, facts: tuple[HostFact, ...], *, slices: bool) -> None:
+        """Apply the reported whole GPUs (or MIG slices) of the hosts that answered: new ones are
+        inserted, known ones compared."""
         batch: list[Gpu] = []
         for fact_host in facts:
             if fact_host.error:
                 continue  # an unreachable host keeps its GPUs as they were (shown offline)
-            host_id = hosts[fact_host.name].pk
+            host_id = self.hosts[fact_host.name].pk
             for fact in fact_host.gpus:
-                if bool(fact.parent_uuid) != slices:
-                    continue
-                report.gpus_seen += 1
-                parent = rows.get(fact.parent_uuid) if fact.parent_uuid else None
-                values = _gpu_values(fact, host_id, parent["pk"] if parent else None, now)
-                if host_id in counted:
-                    del values["foreign"]  # decided per host below, from the count
-                row = rows.get(fact.uuid)
-                if row is None:
-                    gpu = Gpu(uuid=fact.uuid, pool_id=source.pool_id, **values)
-                    batch.append(gpu)
-                    rows[fact.uuid] = {"pk": None, "uuid": fact.uuid, "leased": False, "foreign": False, **values}
-                    report.created += 1
-                    continue
-                if any(row[k] != v for k, v in values.items() if k in STRUCT_FIELDS):
-                    row.update(values)
-                    struct_changed[fact.uuid] = row
-                    report.updated += 1
-                elif any(row[k] != values[k] for k in TELEMETRY_FIELDS if k != "telemetry_at"):
-                    row.update(values)
-                    telemetry_changed[fact.uuid] = row
-                if take_samples and (fact.utilization_pct is not None or fact.temperature_c is not None):
-                    samples.append(GpuSample(gpu_id=row["pk"], at=now, utilization_pct=fact.utilization_pct,
-                                             memory_used_mb=fact.memory_used_mb,
-                                             temperature_c=fact.temperature_c, power_w=fact.power_w))
+                if bool(fact.parent_uuid) == slices:
+                    self._reconcile(fact, host_id, batch)
         Gpu.objects.bulk_create(batch, batch_size=1000)
         for gpu in batch:
-            rows[gpu.uuid]["pk"] = gpu.pk
+            self.rows[gpu.uuid]["pk"] = gpu.pk
 
-    answered_ids = {hosts[f.name].pk for f in facts if not f.error}
-    # A host that says some GPU could not be read (fell off the bus): its missing GPUs are broken
-    # hardware still in the box, so unhealthy with the host's words, not gone.
-    broken = {hosts[f.name].pk: f.labels[GPU_ERRORS_LABEL] for f in facts
-              if not f.error and f.labels.get(GPU_ERRORS_LABEL)}
-    vanished: list[int] = []
-    for uuid, row in rows.items():
-        if uuid not in seen_uuids and not row["gone"] and row["host_id"] in broken:
-            if row["health"] != Health.UNHEALTHY:
-                row.update(health=Health.UNHEALTHY, health_reason=broken[row["host_id"]][:255])
-                struct_changed[uuid] = row
-                report.updated += 1
-                if row["leased"]:
-                    vanished.append(row["pk"])
-        elif uuid not in seen_uuids and not row["gone"] and row["host_id"] in answered_ids:
-            row["gone"] = True
-            struct_changed[uuid] = row
-            report.gone += 1
+    def _reconcile(self, fact: GpuFact, host_id: int, batch: list[Gpu]) -> None:
+        """One reported GPU: a new row goes to `batch`; a known row takes the reported values and
+        is queued for the write its change needs, and its telemetry for a sample when one is due."""
+        self.report.gpus_seen += 1
+        rows = self.rows
+        parent = rows.get(fact.parent_uuid) if fact.parent_uuid else None
+        values = _gpu_values(fact, host_id, parent["pk"] if parent else None, self.now)
+        if host_id in self.counted:
+            del values["foreign"]  # decided per host afterwards, from the count
+        row = rows.get(fact.uuid)
+        if row is None:
+            batch.append(Gpu(uuid=fact.uuid, pool_id=self.source.pool_id, **values))
+            rows[fact.uuid] = {"pk": None, "uuid": fact.uuid, "leased": False, "foreign": False, **values}
+            self.report.created += 1
+            return
+        if any(row[k] != v for k, v in values.items() if k in STRUCT_FIELDS):
+            row.update(values)
+            self.struct_changed[fact.uuid] = row
+            self.report.updated += 1
+        elif any(row[k] != values[k] for k in TELEMETRY_FIELDS if k != "telemetry_at"):
+            row.update(values)
+            self.telemetry_changed[fact.uuid] = row
+        if self.take_samples and (fact.utilization_pct is not None or fact.temperature_c is not None):
+            self.samples.append(GpuSample(gpu_id=row["pk"], at=self.now, utilization_pct=fact.utilization_pct,
+                                          memory_used_mb=fact.memory_used_mb,
+                                          temperature_c=fact.temperature_c, power_w=fact.power_w))
+
+    def mark_unreported(self, facts: tuple[HostFact, ...], seen_uuids: set[str]) -> list[int]:
+        """GPUs of hosts that answered without them: unhealthy where the host says some GPU could
+        not be read, else gone. Returns the ids of those a lease holds."""
+        answered = {self.hosts[f.name].pk for f in facts if not f.error}
+        # A host that says some GPU could not be read (fell off the bus): its missing GPUs are
+        # broken hardware still in the box, so unhealthy with the host's words, not gone.
+        broken = {self.hosts[f.name].pk: f.labels[GPU_ERRORS_LABEL] for f in facts
+                  if not f.error and f.labels.get(GPU_ERRORS_LABEL)}
+        vanished: list[int] = []
+        for uuid, row in self.rows.items():
+            if uuid in seen_uuids or row["gone"]:
+                continue
+            host_id = row["host_id"]
+            if host_id in broken:
+                if not self._mark_unhealthy(row, broken[host_id]):
+                    continue  # unhealthy already
+            elif host_id in answered:
+                self._mark_gone(row)
+            else:
+                continue  # its host did not answer: kept as it was
             if row["leased"]:
                 vanished.append(row["pk"])
-    for row in _assign_counted_foreign(counted, facts, hosts, rows):
-        struct_changed[row["uuid"]] = row
-    bulk_update_fast(Gpu, struct_changed.values(), (*STRUCT_FIELDS, *TELEMETRY_FIELDS))
-    bulk_update_fast(Gpu, [r for u, r in telemetry_changed.items() if u not in struct_changed],
-                     TELEMETRY_FIELDS)
-    if take_samples:
-        GpuSample.objects.bulk_create([s for s in samples if s.gpu_id], batch_size=2000)
-        Source.objects.filter(pk=source.pk).update(last_sample_at=now)
-        _prune_samples(now)
-    return vanished
+        return vanished
+
+    def _mark_unhealthy(self, row: _Row, reason: str) -> bool:
+        """Returns whether the row changed: False when it is unhealthy already."""
+        if row["health"] == Health.UNHEALTHY:
+            return False
+        row.update(health=Health.UNHEALTHY, health_reason=reason[:255])
+        self.struct_changed[row["uuid"]] = row
+        self.report.updated += 1
+        return True
+
+    def _mark_gone(self, row: _Row) -> None:
+        row["gone"] = True
+        self.struct_changed[row["uuid"]] = row
+        self.report.gone += 1
+
+    def write(self) -> None:
+        """The queued UPDATEs (a row whose structure changed is written whole) and samples."""
+        bulk_update_fast(Gpu, self.struct_changed.values(), (*STRUCT_FIELDS, *TELEMETRY_FIELDS))
+        bulk_update_fast(Gpu, [r for u, r in self.telemetry_changed.items() if u not in self.struct_changed],
+                         TELEMETRY_FIELDS)
+        if self.take_samples:
+            GpuSample.objects.bulk_create([s for s in self.samples if s.gpu_id], batch_size=2000)
+            Source.objects.filter(pk=self.source.pk).update(last_sample_at=self.now)
+            _prune_samples(self.now)
 
 
 def _sample_due(source: Source, now: datetime) -> bool:
@@ -223,14 +280,14 @@ def _gpu_values(fact: GpuFact, host_id: int, parent_id: int | None, now: datetim
 
 
 def _assign_counted_foreign(counted: set[int], facts: tuple[HostFact, ...], hosts: dict[str, Host],
-                            rows: dict[str, dict]) -> list[dict]:
+                            rows: dict[str, _Row]) -> list[_Row]:
     """Kubernetes reports foreign use as a count per node (the device plugin picks devices):
     mark that many of the node's unleased GPUs foreign, keeping earlier picks stable.
     Returns the rows whose flag changed."""
     if not counted:
         return []
     counts = {hosts[f.name].pk: f.foreign_gpus for f in facts if not f.error and f.foreign_gpus}
-    per_host: dict[int, list[dict]] = {}
+    per_host: dict[int, list[_Row]] = {}
     for row in rows.values():
         if row["host_id"] in counted and not row["gone"] and not row["leased"] and not row["parent_id"]:
             per_host.setdefault(row["host_id"], []).append(row)
