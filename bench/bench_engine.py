@@ -64,197 +64,282 @@ def main() -> None:
                         help="PostgreSQL: print EXPLAIN ANALYZE of every statement of the grant pass (auto_explain)")
     args = parser.parse_args()
     vendor = _django.setup("gpupool_bench_engine_wt")
+    bench = EngineBench.on_new_fleet(args, vendor)
+    grant_s = bench.grant_pass()
+    idle_s = bench.no_change_pass()
+    if args.queue:
+        bench.long_queue()
+    print(f"goals: {args.requests} grants ≤ 1 s: {'met' if grant_s <= 1 else 'MISSED'}; "
+          f"no-change pass ≤ 150 ms: {'met' if idle_s <= 0.15 else 'MISSED'}")
 
-    from django.contrib.auth import get_user_model
-    from django.db import connection
-    from django.db.models import Count
-    from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
 
-    from allocation.apply import config_apply
-    from allocation.config import parse_config
-    from allocation.engine import build_snapshot, run_pass
-
+def _forget() -> None:
+    """Drop the views the engine keeps between passes, so the next pass starts cold (a no-op on an
+    engine that reuses nothing between passes)."""
     try:
         from allocation.engine.snapshot import forget
-    except ImportError:  # an engine that reuses nothing between passes
-        def forget() -> None:
-            pass
-    from allocation.models import Lease, LeaseGpu, PriorityClass, Team
-    from allocation.policy import get_policy
-    from inventory.discovery import source_discover
-    from inventory.models import Gpu, Pool, Source
+    except ImportError:
+        return
+    forget()
 
-    teams = [f"team-{i}" for i in range(8)]
-    config_apply(parse_config(f"""
+
+@dataclasses.dataclass
+class EngineBench:
+    """The bench pool (a simulated fleet, eight teams) and the measurements made on it."""
+
+    args: Any
+    vendor: str
+    pool: Any
+    user: Any
+    teams: list[str]
+    team_rows: dict[str, Any]
+    priority_class: Any
+    policy: Callable[[Any], Any]
+    rng: random.Random = dataclasses.field(default_factory=lambda: random.Random(7))
+
+    @property
+    def capacity(self) -> int:
+        return self.args.hosts * self.args.gpus_per_host
+
+    @classmethod
+    def on_new_fleet(cls, args: Any, vendor: str) -> EngineBench:
+        """Apply the bench configuration (pool, teams, quotas, simulated source) and discover it."""
+        from django.contrib.auth import get_user_model
+
+        from allocation.apply import config_apply
+        from allocation.config import parse_config
+        from allocation.models import PriorityClass, Team
+        from allocation.policy import get_policy
+        from inventory.discovery import source_discover
+        from inventory.models import Pool, Source
+
+        teams = [f"team-{i}" for i in range(8)]
+        config_apply(parse_config(f"""
 pools: [{{name: bench}}]
 teams: [{", ".join(f"{{name: {t}, weight: {1 + i % 3}}}" for i, t in enumerate(teams))}]
 quotas: [{", ".join(f"{{team: {t}, pool: bench, guaranteed: 100, limit: null}}" for t in teams)}]
 priority_classes: [{{name: default, value: 0}}, {{name: high, value: 100}}]
 sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_per_host: {args.gpus_per_host}}}]
 """))
-    source_discover(source=Source.objects.get(name="sim"))
-    pool = Pool.objects.get(name="bench")
-    user = get_user_model().objects.create(username="bench")
-    rng = random.Random(7)
-    team_rows = {t.name: t for t in Team.objects.all()}
-    pc = PriorityClass.objects.get(name="default")
-    capacity = args.hosts * args.gpus_per_host
-    policy = get_policy("fair")
+        source_discover(source=Source.objects.get(name="sim"))
+        return cls(args=args, vendor=vendor, pool=Pool.objects.get(name="bench"),
+                   user=get_user_model().objects.create(username="bench"), teams=teams,
+                   team_rows={t.name: t for t in Team.objects.all()},
+                   priority_class=PriorityClass.objects.get(name="default"), policy=get_policy("fair"))
 
-    def add(sizes: list[int], team_names: list[str]) -> None:
-        Lease.objects.bulk_create([Lease(team=team_rows[t], user=user, pool=pool, priority_class=pc,
-                                         gpu_count=s, ttl_seconds=3600)
+    def add(self, sizes: list[int], team_names: list[str]) -> None:
+        """Pending requests of these sizes, by these teams."""
+        from allocation.models import Lease
+
+        Lease.objects.bulk_create([Lease(team=self.team_rows[t], user=self.user, pool=self.pool,
+                                         priority_class=self.priority_class, gpu_count=s, ttl_seconds=3600)
                                    for s, t in zip(sizes, team_names, strict=True)])
 
-    def counts() -> str:
-        by_state = dict(Lease.objects.filter(pool=pool).values_list("state").annotate(n=Count("pk")))
+    def round_robin(self, n: int) -> list[str]:
+        """`n` team names, taking the teams in turn."""
+        return [self.teams[i % len(self.teams)] for i in range(n)]
+
+    def counts(self) -> str:
+        from django.db.models import Count
+
+        from allocation.models import Lease
+
+        by_state = dict(Lease.objects.filter(pool=self.pool).values_list("state").annotate(n=Count("pk")))
         return f"{by_state.get('pending', 0)} pending, {by_state.get('granted', 0)} running"
 
-    def policy_alone() -> float:
-        # Cold, as in a pass over a changed fleet: the policy memoises its indexes by the identity
-        # of the GPU tuple (and of the running views), so each call gets a new tuple.
-        snapshot, _, _ = build_snapshot(pool, timezone.now())
+    def policy_alone(self) -> float:
+        """Median time of the policy alone on the pool's snapshot. Cold, as in a pass over a
+        changed fleet: the policy memoises its indexes by the identity of the GPU tuple (and of the
+        running views), so each call gets a new tuple."""
+        from django.utils import timezone
+
+        from allocation.engine import build_snapshot
+
+        snapshot, _, _ = build_snapshot(self.pool, timezone.now())
         times = []
-        for _ in range(args.repeat):
+        for _ in range(self.args.repeat):
             cold = dataclasses.replace(snapshot, gpus=tuple(list(snapshot.gpus)))
             gc.collect()  # and no collection while it runs: the pure computing time
             gc.disable()
             t0 = time.perf_counter()
-            policy(cold)
+            self.policy(cold)
             times.append(time.perf_counter() - t0)
             gc.enable()
         return statistics.median(times)
 
-    def measured_pass(label: str) -> tuple[float, Any, list[str]]:
-        profiler = cProfile.Profile() if args.profile else None
+    def measured_pass(self, label: str) -> tuple[float, Any, list[str]]:
+        """One engine pass over the pool: its wall time, report and SQL (printed with --sql,
+        profiled into --profile)."""
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from allocation.engine import run_pass
+
+        profiler = cProfile.Profile() if self.args.profile else None
         with CaptureQueriesContext(connection) as q:
             if profiler:
                 profiler.enable()
             t0 = time.perf_counter()
-            report = run_pass([pool.pk])[0]
+            report = run_pass([self.pool.pk])[0]
             seconds = time.perf_counter() - t0
             if profiler:
                 profiler.disable()
-                Path(args.profile).mkdir(parents=True, exist_ok=True)
-                profiler.dump_stats(str(Path(args.profile) / f"{label}.prof"))
+                Path(self.args.profile).mkdir(parents=True, exist_ok=True)
+                profiler.dump_stats(str(Path(self.args.profile) / f"{label}.prof"))
         sqls = [query["sql"] for query in q.captured_queries]
-        if args.sql:
+        if self.args.sql:
             print(f"-- {label}: {len(sqls)} queries")
             for sql in sqls:
                 print(f"   {sql[:200]}")
         return seconds, report, sqls
 
-    def analyze() -> None:
-        # Planner statistics, as autovacuum keeps them on a live database (a fresh bench database
-        # has none, and the planner then guesses a handful of rows per table).
-        if vendor == "postgresql":
+    def analyze(self) -> None:
+        """Planner statistics, as autovacuum keeps them on a live database (a fresh bench database
+        has none, and the planner then guesses a handful of rows per table)."""
+        from django.db import connection
+
+        if self.vendor == "postgresql":
             with connection.cursor() as cur:
                 cur.execute("ANALYZE")
 
-    def writes(sqls: list[str]) -> int:
-        return sum(1 for s in sqls if s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE", "COPY")))
+    def fitting_sizes(self) -> list[int]:
+        """`--requests` sizes of 1-4 GPUs that together fit the fleet."""
+        sizes: list[int] = []
+        total = 0
+        while len(sizes) < self.args.requests:
+            size = self.rng.choice([1, 1, 1, 2, 2, 4])
+            if total + size > self.capacity:
+                size = 1
+            sizes.append(size)
+            total += size
+        return sizes
 
-    # (1) One pass granting every request: requests that together fit the fleet.
-    sizes, total = [], 0
-    while len(sizes) < args.requests:
-        size = rng.choice([1, 1, 1, 2, 2, 4])
-        if total + size > capacity:
-            size = 1
-        sizes.append(size)
-        total += size
-    add(sizes, [rng.choice(teams) for _ in sizes])
-    print(f"fleet: {args.hosts} hosts × {args.gpus_per_host} = {capacity} GPUs on {vendor}; "
-          f"{args.requests} pending requests asking {total} GPUs")
-    analyze()
-    grant_policy_s = policy_alone()
-    forget()  # the pass starts cold: it builds every view, and the policy its indexes
-    if args.explain:
-        _auto_explain(connection, on=True)
-    grant_s, report, sqls = measured_pass("grant")
-    if args.explain:
-        _auto_explain(connection, on=False)
-    links = LeaseGpu.objects.filter(active=True).count()
-    print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {grant_policy_s * 1000:7.1f} ms")
-    print(f"pass granting {len(report.granted):5d} leases ({links} link rows): {grant_s * 1000:7.1f} ms "
-          f"({grant_s / grant_policy_s:5.1f}× policy)  {len(sqls)} SQL queries, {writes(sqls)} writes")
-    floor_s = _insert_floor(connection, links) if vendor == "postgresql" else None
-    if floor_s is not None:
-        print(f"raw SQL floor: one multi-row INSERT of {links} link rows: {floor_s * 1000:7.1f} ms "
-              f"({floor_s / grant_policy_s:5.1f}× policy)")
+    def grant_pass(self) -> float:
+        """(1) One pass granting every request: requests that together fit the fleet."""
+        from django.db import connection
 
-    # (2) Fill every free GPU (one lease per host, asking exactly what that host has free: best
-    # fit places each on its host), then a backlog of whole-host requests that cannot fit now.
-    free = list(Gpu.objects.filter(pool=pool, leased=False, gone=False).values("host_id")
-                .annotate(n=Count("pk")).values_list("n", flat=True))
-    add(free, [teams[i % len(teams)] for i in range(len(free))])
-    run_pass([pool.pk])
-    add([args.gpus_per_host] * args.backlog, [teams[i % len(teams)] for i in range(args.backlog)])
-    first = run_pass([pool.pk])[0]  # writes the backlog's first explanations
-    assert not first.granted, "the backlog must not fit"
-    print(f"fleet filled ({len(free)} filler leases), backlog of {args.backlog} × {args.gpus_per_host} GPUs "
-          f"added: {counts()}; free GPUs: {Gpu.objects.filter(pool=pool, leased=False).count()}")
-    analyze()
-    idle_policy_s = policy_alone()
-    forget()
-    cold_s, _, cold_sqls = measured_pass("no-change-cold")
-    runs = [measured_pass(f"no-change-{i}") for i in range(args.repeat)]
-    idle_s = statistics.median(r[0] for r in runs)
-    _, idle_report, idle_sqls = runs[-1]
-    print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {idle_policy_s * 1000:7.1f} ms")
-    print(f"no-change pass, first in its process ({idle_report.pending} pending): {cold_s * 1000:7.1f} ms "
-          f"({cold_s / idle_policy_s:5.1f}× policy)  {len(cold_sqls)} SQL queries, {writes(cold_sqls)} writes")
-    print(f"no-change pass ({idle_report.pending} pending, median of {args.repeat}): {idle_s * 1000:7.1f} ms "
-          f"({idle_s / idle_policy_s:5.1f}× policy)  {len(idle_sqls)} SQL queries, {writes(idle_sqls)} writes")
-    if vendor == "postgresql":
-        read_s = timed(lambda: _read_floor(connection, pool.pk), args.repeat)
-        print(f"raw SQL floor: raw-cursor read of the pool's GPU and holding-lease rows: {read_s * 1000:7.1f} ms "
-              f"({read_s / idle_policy_s:5.1f}× policy)")
-    if any(writes(r[2]) for r in runs) or any(r[1].granted or r[1].preempted for r in runs):
-        print("WARNING: the no-change pass changed something")
-    if args.queue:
-        _long_queue(args, pool, add, teams, measured_pass, policy_alone, analyze, counts)
-    print(f"goals: {args.requests} grants ≤ 1 s: {'met' if grant_s <= 1 else 'MISSED'}; "
-          f"no-change pass ≤ 150 ms: {'met' if idle_s <= 0.15 else 'MISSED'}")
+        from allocation.models import LeaseGpu
 
+        args = self.args
+        sizes = self.fitting_sizes()
+        self.add(sizes, [self.rng.choice(self.teams) for _ in sizes])
+        print(f"fleet: {args.hosts} hosts × {args.gpus_per_host} = {self.capacity} GPUs on {self.vendor}; "
+              f"{args.requests} pending requests asking {sum(sizes)} GPUs")
+        self.analyze()
+        policy_s = self.policy_alone()
+        _forget()  # the pass starts cold: it builds every view, and the policy its indexes
+        if args.explain:
+            _auto_explain(connection, on=True)
+        grant_s, report, sqls = self.measured_pass("grant")
+        if args.explain:
+            _auto_explain(connection, on=False)
+        links = LeaseGpu.objects.filter(active=True).count()
+        print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
+        print(f"pass granting {len(report.granted):5d} leases ({links} link rows): {grant_s * 1000:7.1f} ms "
+              f"({grant_s / policy_s:5.1f}× policy)  {len(sqls)} SQL queries, {_writes(sqls)} writes")
+        if self.vendor == "postgresql":
+            floor_s = _insert_floor(connection, links)
+            print(f"raw SQL floor: one multi-row INSERT of {links} link rows: {floor_s * 1000:7.1f} ms "
+                  f"({floor_s / policy_s:5.1f}× policy)")
+        return grant_s
 
-def _long_queue(args: Any, pool: Any, add: Any, teams: list[str], measured_pass: Any, policy_alone: Any,
-                analyze: Any, counts: Any) -> None:
-    """(3) A long queue: each pass frees one host and grants one request, shifting the place of
-    every request behind it. Counts the explanations rewritten (rows whose reason, position or
-    estimate changed in the database): once the tail interval has passed, the whole queue; within
-    it, only the head."""
-    from allocation.models import Lease
-    from allocation.services.leases import lease_release
+    def fill_with_backlog(self) -> None:
+        """Fill every free GPU (one lease per host, asking exactly what that host has free: best
+        fit places each on its host), then add a backlog of whole-host requests that cannot fit
+        now, and write their first explanations."""
+        from django.db.models import Count
 
-    def explanations() -> dict[Any, tuple[Any, ...]]:
-        return {pk: rest for pk, *rest in Lease.objects.filter(pool=pool, state="pending").values_list(
+        from allocation.engine import run_pass
+        from inventory.models import Gpu
+
+        args, pool = self.args, self.pool
+        free = list(Gpu.objects.filter(pool=pool, leased=False, gone=False).values("host_id")
+                    .annotate(n=Count("pk")).values_list("n", flat=True))
+        self.add(free, self.round_robin(len(free)))
+        run_pass([pool.pk])
+        self.add([args.gpus_per_host] * args.backlog, self.round_robin(args.backlog))
+        first = run_pass([pool.pk])[0]  # writes the backlog's first explanations
+        assert not first.granted, "the backlog must not fit"
+        print(f"fleet filled ({len(free)} filler leases), backlog of {args.backlog} × {args.gpus_per_host} GPUs "
+              f"added: {self.counts()}; free GPUs: {Gpu.objects.filter(pool=pool, leased=False).count()}")
+
+    def no_change_pass(self) -> float:
+        """(2) Passes over a full fleet with a backlog: the first in its process, then the median
+        of --repeat; none may write anything."""
+        from django.db import connection
+
+        args = self.args
+        self.fill_with_backlog()
+        self.analyze()
+        policy_s = self.policy_alone()
+        _forget()
+        cold_s, _, cold_sqls = self.measured_pass("no-change-cold")
+        runs = [self.measured_pass(f"no-change-{i}") for i in range(args.repeat)]
+        idle_s = statistics.median(r[0] for r in runs)
+        _, idle_report, idle_sqls = runs[-1]
+        print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
+        print(f"no-change pass, first in its process ({idle_report.pending} pending): {cold_s * 1000:7.1f} ms "
+              f"({cold_s / policy_s:5.1f}× policy)  {len(cold_sqls)} SQL queries, {_writes(cold_sqls)} writes")
+        print(f"no-change pass ({idle_report.pending} pending, median of {args.repeat}): {idle_s * 1000:7.1f} ms "
+              f"({idle_s / policy_s:5.1f}× policy)  {len(idle_sqls)} SQL queries, {_writes(idle_sqls)} writes")
+        if self.vendor == "postgresql":
+            read_s = timed(lambda: _read_floor(connection, self.pool.pk), args.repeat)
+            print(f"raw SQL floor: raw-cursor read of the pool's GPU and holding-lease rows: {read_s * 1000:7.1f} ms "
+                  f"({read_s / policy_s:5.1f}× policy)")
+        if any(_writes(r[2]) for r in runs) or any(r[1].granted or r[1].preempted for r in runs):
+            print("WARNING: the no-change pass changed something")
+        return idle_s
+
+    def explanations(self) -> dict[Any, list[Any]]:
+        """Each pending lease's reason, queue position and estimated start."""
+        from allocation.models import Lease
+
+        return {pk: rest for pk, *rest in Lease.objects.filter(pool=self.pool, state="pending").values_list(
             "pk", "reason", "queue_position", "estimated_start")}
 
-    add([args.gpus_per_host] * args.queue, [teams[i % len(teams)] for i in range(args.queue)])
-    run = measured_pass("queue-first")  # their first explanations
-    analyze()
-    print(f"\nqueue of {args.queue} more whole-host requests: {counts()}; its first pass: "
-          f"{run[0] * 1000:7.1f} ms, {len(run[2])} SQL queries")
-    policy_s = policy_alone()
-    print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
-    try:
-        from allocation.engine.apply import EXPLAIN_TAIL_INTERVAL_S as interval
-    except ImportError:
-        interval = 0.0
-    for label in ("the tail interval passed", "within the tail interval"):
-        if label == "the tail interval passed":
-            time.sleep(interval)
-        host_id = Lease.objects.filter(pool=pool, state="granted").values_list("host_id", flat=True).first()
-        for lease in Lease.objects.filter(pool=pool, state="granted", host_id=host_id):
+    def free_one_host(self) -> None:
+        """Release the leases on the host of one running lease."""
+        from allocation.models import Lease
+        from allocation.services.leases import lease_release
+
+        granted = Lease.objects.filter(pool=self.pool, state="granted")
+        host_id = granted.values_list("host_id", flat=True).first()
+        assert host_id is not None, "a running lease to end"
+        for lease in granted.filter(host_id=host_id):
             lease_release(lease=lease, actor="bench")
-        before = explanations()
-        seconds, report, sqls = measured_pass(label)
-        after = explanations()
-        changed = sum(1 for pk, values in after.items() if before.get(pk) != values)
-        print(f"pass granting {len(report.granted)} ahead of {report.pending} pending ({label}): "
-              f"{seconds * 1000:7.1f} ms ({seconds / policy_s:5.1f}× policy)  {len(sqls)} SQL queries; "
-              f"explanations rewritten: {changed}")
+
+    def long_queue(self) -> None:
+        """(3) A long queue: each pass frees one host and grants one request, shifting the place of
+        every request behind it. Counts the explanations rewritten (rows whose reason, position or
+        estimate changed in the database): once the tail interval has passed, the whole queue;
+        within it, only the head."""
+        args = self.args
+        self.add([args.gpus_per_host] * args.queue, self.round_robin(args.queue))
+        run = self.measured_pass("queue-first")  # their first explanations
+        self.analyze()
+        print(f"\nqueue of {args.queue} more whole-host requests: {self.counts()}; its first pass: "
+              f"{run[0] * 1000:7.1f} ms, {len(run[2])} SQL queries")
+        policy_s = self.policy_alone()
+        print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
+        try:
+            from allocation.engine.apply import EXPLAIN_TAIL_INTERVAL_S as interval
+        except ImportError:
+            interval = 0.0
+        for label in ("the tail interval passed", "within the tail interval"):
+            if label == "the tail interval passed":
+                time.sleep(interval)
+            self.free_one_host()
+            before = self.explanations()
+            seconds, report, sqls = self.measured_pass(label)
+            after = self.explanations()
+            changed = sum(1 for pk, values in after.items() if before.get(pk) != values)
+            print(f"pass granting {len(report.granted)} ahead of {report.pending} pending ({label}): "
+                  f"{seconds * 1000:7.1f} ms ({seconds / policy_s:5.1f}× policy)  {len(sqls)} SQL queries; "
+                  f"explanations rewritten: {changed}")
+
+
+def _writes(sqls: list[str]) -> int:
+    return sum(1 for s in sqls if s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE", "COPY")))
 
 
 def _auto_explain(connection: Any, *, on: bool) -> None:

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocation.policy import get_policy
 from allocation.policy.types import (
+    Decisions,
     GpuView,
     QuotaView,
     RequestView,
@@ -36,7 +37,7 @@ NOW = 1_000_000.0
 
 def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
     rng = random.Random(seed)
-    gpus = []
+    gpus: list[GpuView] = []
     for h in range(hosts):
         model = "NVIDIA H100 80GB HBM3" if h % 4 else "NVIDIA A100-SXM4-80GB"
         for _ in range(8):
@@ -45,7 +46,7 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
     teams = {f"team-{i}": TeamView(f"team-{i}", rng.choice((1.0, 2.0)), rng.random() * 1e8)
              for i in range(10)}
     quotas = {(t, POOL): QuotaView(t, POOL, 600, rng.choice((None, 4000))) for t in teams}
-    running = []
+    running: list[RunningView] = []
     for h in range(hosts):
         ids = [g.id for g in gpus[h * 8:(h + 1) * 8] if g.schedulable]
         rng.shuffle(ids)
@@ -69,7 +70,7 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
     return Snapshot(NOW, tuple(gpus), teams, quotas, tuple(running), tuple(requests))
 
 
-def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, float, object]:
+def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, float, Decisions]:
     policy = get_policy(policy_name)
     fresh = Snapshot(snapshot.now, tuple(snapshot.gpus), snapshot.teams, snapshot.quotas,
                      snapshot.running, snapshot.pending)
