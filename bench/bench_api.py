@@ -24,6 +24,7 @@ run, with the CPU the load generator and the server used, stops the server and d
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -230,7 +231,7 @@ def _query_counts(token: str) -> dict[str, int]:
                                                             content_type="application/json"))
     for url in ("/api/v1/leases/?limit=100", "/api/v1/gpus/?limit=100", "/api/v1/pools/", "/api/v1/quotas/",
                 "/api/v1/hosts/?limit=100"):
-        count(f"GET {url.removeprefix('/api/v1/')}", lambda url=url: client.get(url))
+        count(f"GET {url.removeprefix('/api/v1/')}", functools.partial(client.get, url))
     count("GET /healthz", lambda: client.get("/healthz"))
     return counts
 

@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,7 @@ class PoolClient:
         self.jobs: list[dict[str, Any]] = []
         self.by_lease: dict[str, dict[str, Any]] = {}
         self.early: dict[str, str] = {}  # lease id → state seen on the stream before the POST answered
+        self.last_event: dict[str, str] = {}  # team → id of the last event its stream sent
         self.errors: dict[str, int] = {}
         self.requests = 0
         self.done = asyncio.Event()
@@ -199,41 +201,53 @@ class PoolClient:
                     await self.on_state(lease_id, lease["state"])
 
     async def follow(self, team: str, ready: asyncio.Event) -> None:
-        last = ""
+        """Follow the team's lease events until cancelled, connecting again whenever the stream
+        ends or fails. `ready` is set at the first bookmark (the stream is watching)."""
         while True:
-            headers = {"Authorization": f"Token {self.tokens[team]}"}
-            if last:
-                headers["Last-Event-ID"] = last
             try:
-                async with self.http.get(self.url + f"leases/events/?team={team}", headers=headers) as r:
-                    if r.status == 410:  # changes were lost: watch afresh, then re-read what we wait on
-                        last = ""
-                        asyncio.get_running_loop().create_task(self.reconcile(team))
-                        continue
-                    if r.status != 200:
-                        self._error(f"stream HTTP {r.status}")
-                        await asyncio.sleep(1)
-                        continue
-                    event: dict[str, str] = {}
-                    async for raw in r.content:
-                        line = raw.decode().rstrip("\n")
-                        if line:
-                            key, _, value = line.partition(": ")
-                            event[key] = value
-                            continue
-                        if event.get("id"):
-                            last = event["id"]
-                        if event.get("event") == "bookmark":
-                            ready.set()
-                        elif event.get("event") == "lease":
-                            lease = json.loads(event["data"])
-                            await self.on_state(lease["id"], lease["state"])
-                        event = {}
+                await self._watch(team, ready)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._error(f"stream {type(exc).__name__}")
                 await asyncio.sleep(0.5)
+
+    async def _watch(self, team: str, ready: asyncio.Event) -> None:
+        """One connection to the team's event stream, resumed after the last event seen; returns
+        when the stream ends or is refused."""
+        headers = {"Authorization": f"Token {self.tokens[team]}"}
+        if self.last_event.get(team):
+            headers["Last-Event-ID"] = self.last_event[team]
+        async with self.http.get(self.url + f"leases/events/?team={team}", headers=headers) as r:
+            if r.status == 410:  # changes were lost: watch afresh, then re-read what we wait on
+                self.last_event[team] = ""
+                asyncio.get_running_loop().create_task(self.reconcile(team))
+                return
+            if r.status != 200:
+                self._error(f"stream HTTP {r.status}")
+                await asyncio.sleep(1)
+                return
+            async for event in _sse_events(r.content):
+                if event.get("id"):
+                    self.last_event[team] = event["id"]
+                if event.get("event") == "bookmark":
+                    ready.set()
+                elif event.get("event") == "lease":
+                    lease = json.loads(event["data"])
+                    await self.on_state(lease["id"], lease["state"])
+
+
+async def _sse_events(lines: AsyncIterable[bytes]) -> AsyncIterator[dict[str, str]]:
+    """The Server-Sent Events of a stream, each as its fields (`id`, `event`, `data`)."""
+    event: dict[str, str] = {}
+    async for raw in lines:
+        line = raw.decode().rstrip("\n")
+        if line:
+            key, _, value = line.partition(": ")
+            event[key] = value
+            continue
+        yield event
+        event = {}
 
 
 def client_main(args: argparse.Namespace) -> None:
@@ -303,7 +317,9 @@ def _ledger_check(env: dict[str, str]) -> dict[str, int]:
         cur.execute("SELECT state, count(*) FROM allocation_lease GROUP BY state")
         states = dict(cur.fetchall())
         cur.execute("SELECT count(*) FROM allocation_leasegpu WHERE active")
-        states["active GPU links"] = cur.fetchone()[0]
+        row = cur.fetchone()
+        assert row is not None  # count(*) answers one row
+        states["active GPU links"] = row[0]
     conn.close()
     return states
 

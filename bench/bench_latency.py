@@ -44,7 +44,7 @@ def sample(session: requests.Session, api: str) -> tuple[float, float]:
     lease = session.post(api + "leases/", json={"pool": "bench", "gpus": 1}, timeout=30).json()
     created = time.perf_counter() - t0
     while lease["state"] == "pending":
-        lease = session.get(api + f"leases/{lease['id']}/", params={"wait": 10, "state": "pending"},
+        lease = session.get(api + f"leases/{lease['id']}/", params={"wait": "10", "state": "pending"},
                             timeout=30).json()
     granted = time.perf_counter() - t0
     assert lease["state"] == "granted", lease
