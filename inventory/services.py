@@ -13,9 +13,10 @@ from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
 
 
-def gpu_derive_state(*, host_state: str, gone: bool, leased: bool, health: str, foreign: bool) -> str:
+def gpu_derive_state(*, host_state: str | None, gone: bool, leased: bool, health: str, foreign: bool) -> str:
     """The one rule for a GPU's state. A vanished GPU or an offline host is offline; a held GPU
-    shows leased even on a cordoned host (it is still in use); then health, foreign use, cordon."""
+    shows leased even on a cordoned host (it is still in use); then health, foreign use, cordon.
+    A host state of None (as SQL's NULL in `gpu_state_sql`) is neither offline nor cordoned."""
     if gone or host_state == HostState.OFFLINE:
         return GpuState.OFFLINE
     if leased:

@@ -39,9 +39,12 @@ def _no_event_passes(settings: Any) -> None:
 def _clear_cache() -> None:
     """Django's cache entries only: on Redis the test database also holds the Celery broker's
     queues and the lease event stream, which a FLUSHDB would pull from under a running worker."""
-    from django.core.cache import cache
+    from django.core.cache import caches
+    from django.core.cache.backends.redis import RedisCache
 
-    if "Redis" not in type(cache).__name__:
+    # The backend itself: `django.core.cache.cache` is a ConnectionProxy, whatever the backend.
+    cache = caches["default"]
+    if not isinstance(cache, RedisCache):
         cache.clear()
         return
     client = cache._cache.get_client(write=True)

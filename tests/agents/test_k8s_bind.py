@@ -132,7 +132,8 @@ def test_name_taken_by_a_pod_of_someone_else_is_a_permanent_error(kube_api: Kube
     with pytest.raises(AgentError, match="does not belong to lease") as caught:
         connector_for(kube_api).bind(request())
     assert caught.value.permanent is True
-    assert kube_api.pod(NS, POD)["metadata"]["labels"]["gpupool.io/lease"] == "another-lease"
+    pod = kube_api.pod(NS, POD)
+    assert pod is not None and pod["metadata"]["labels"]["gpupool.io/lease"] == "another-lease"
 
 
 def test_create_that_timed_out_but_happened_is_adopted_on_retry(kube_api: KubeApiServer) -> None:
@@ -300,8 +301,9 @@ def test_unreachable_api_on_unbind_is_transient() -> None:
 def test_retries_stay_inside_the_total_budget(kube_api: KubeApiServer, bound: dict) -> None:
     kube_api.delay_next(100, 1.0)
     connector = connector_for(kube_api, request_timeout=0.4)
-    connector.retry_budget_s = 1.5
-    connector.retry_delays = (0.1, 0.1, 0.1, 0.1, 0.1)
+    # ClassVars in agents, set on this instance only.
+    connector.retry_budget_s = 1.5  # type: ignore[misc]
+    connector.retry_delays = (0.1, 0.1, 0.1, 0.1, 0.1)  # type: ignore[misc]
 
     started = time.monotonic()
     with pytest.raises(AgentError, match=r"no answer within 0\.\d s") as caught:

@@ -12,7 +12,7 @@ from inventory.models import Gpu, Pool
 pytestmark = pytest.mark.django_db
 
 
-def test_gpus_moved_from_under_a_running_lease_are_not_granted_twice(demo_fleet, make_user, api) -> None:  # type: ignore[no-untyped-def]
+def test_gpus_moved_from_under_a_running_lease_are_not_granted_twice(demo_fleet, make_user, api) -> None:
     alice = api(make_user("alice", teams=("vision",)))
     held = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 8}, format="json").json()
     run_pass()

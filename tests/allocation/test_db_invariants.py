@@ -9,25 +9,25 @@ from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
 from inventory.models import Gpu, Pool
 
 
-def _db_uuid(value) -> str:  # type: ignore[no-untyped-def]
+def _db_uuid(value) -> str:
     # Django stores UUIDs as 32 hex characters on SQLite and as native uuid on PostgreSQL.
     return value.hex if connection.vendor == "sqlite" else str(value)
 
 
-def _lease(user, team, pool, pc) -> Lease:  # type: ignore[no-untyped-def]
+def _lease(user, team, pool, pc) -> Lease:
     return Lease.objects.create(team=team, user=user, pool=pool, priority_class=pc, gpu_count=1,
                                 ttl_seconds=60, state="granted")
 
 
 @pytest.fixture
-def fleet(demo_fleet, make_user):  # type: ignore[no-untyped-def]
+def fleet(demo_fleet, make_user):
     user = make_user("alice", teams=("vision",))
     return user, Team.objects.get(name="vision"), Pool.objects.get(name="training"), \
         PriorityClass.objects.get(name="default"), Gpu.objects.filter(pool__name="training").first()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_gpu_cannot_be_in_two_active_leases_even_with_raw_inserts(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_gpu_cannot_be_in_two_active_leases_even_with_raw_inserts(fleet) -> None:
     user, team, pool, pc, gpu = fleet
     first, second = _lease(user, team, pool, pc), _lease(user, team, pool, pc)
     LeaseGpu.objects.create(lease=first, gpu=gpu, active=True)
@@ -42,7 +42,7 @@ def test_a_gpu_cannot_be_in_two_active_leases_even_with_raw_inserts(fleet) -> No
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_postgres_refuses_the_second_active_lease_for_a_gpu(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_postgres_refuses_the_second_active_lease_for_a_gpu(fleet) -> None:
     assert connection.vendor == "postgresql"
     user, team, pool, pc, gpu = fleet
     a, b = _lease(user, team, pool, pc), _lease(user, team, pool, pc)
@@ -56,14 +56,14 @@ def test_postgres_refuses_the_second_active_lease_for_a_gpu(fleet) -> None:  # t
 
 
 @pytest.mark.django_db
-def test_a_quota_limit_below_its_guarantee_is_refused_by_the_database(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_quota_limit_below_its_guarantee_is_refused_by_the_database(fleet) -> None:
     _, team, pool, _, _ = fleet
     with pytest.raises(IntegrityError), transaction.atomic():
         Quota.objects.filter(team=team, pool=pool).update(guaranteed=10, limit=5)
 
 
 @pytest.mark.django_db
-def test_a_lease_for_zero_gpus_is_refused_by_the_database(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_lease_for_zero_gpus_is_refused_by_the_database(fleet) -> None:
     user, team, pool, pc, _ = fleet
     with pytest.raises(IntegrityError), transaction.atomic():
         Lease.objects.create(team=team, user=user, pool=pool, priority_class=pc, gpu_count=0,

@@ -3,6 +3,8 @@ too, changes further back at most once per interval; unchanged ones never."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from allocation.engine import apply, run_pass
@@ -25,7 +27,7 @@ def _positions(leases: list[Lease]) -> list[int | None]:
     return [by_id[lease.pk] for lease in leases]
 
 
-def test_positions_behind_the_head_are_refreshed_once_the_interval_has_passed(fleet, leases, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_positions_behind_the_head_are_refreshed_once_the_interval_has_passed(fleet, leases, monkeypatch) -> None:
     clock = Clock()
     monkeypatch.setattr(apply, "_clock", clock)
     monkeypatch.setattr(apply, "EXPLAIN_HEAD", 1)
@@ -55,14 +57,19 @@ def test_positions_behind_the_head_are_refreshed_once_the_interval_has_passed(fl
     assert _positions(queue[2:] + late) == [1, 2, 3]
 
 
-def test_an_explanation_that_did_not_change_is_not_rewritten(fleet, leases, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_explanation_that_did_not_change_is_not_rewritten(fleet, leases, monkeypatch) -> None:
     pool = fleet(hosts=1)
     leases(pool, 1, gpus=8)
     leases(pool, 3, gpus=8, team="b")
     run_pass([pool.pk])
     written = []
     real = apply.bulk_update_columns
-    monkeypatch.setattr(apply, "bulk_update_columns", lambda *a, **kw: written.append(a[1]) or real(*a, **kw))
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        written.append(a[1])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(apply, "bulk_update_columns", spy)
     monkeypatch.setattr(apply, "_tail_written", {})  # the tail is due, and still nothing to write
     run_pass([pool.pk])
     assert written == []

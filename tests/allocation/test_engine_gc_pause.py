@@ -4,6 +4,7 @@ and leaves the collector as it found it, even when the pass fails."""
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 
@@ -13,12 +14,17 @@ from allocation.engine import run_pass
 pytestmark = pytest.mark.django_db
 
 
-def test_the_collector_is_off_during_a_pass_and_back_on_after_it(fleet, leases, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_collector_is_off_during_a_pass_and_back_on_after_it(fleet, leases, monkeypatch) -> None:
     pool = fleet(hosts=1)
     leases(pool, 1, gpus=1)
     seen = []
     real = allocation.engine.read_pool
-    monkeypatch.setattr(allocation.engine, "read_pool", lambda *a: seen.append(gc.isenabled()) or real(*a))
+
+    def spy(*a: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*a)
+
+    monkeypatch.setattr(allocation.engine, "read_pool", spy)
     assert gc.isenabled()
     assert len(run_pass([pool.pk])[0].granted) == 1
     assert seen == [False] and gc.isenabled()

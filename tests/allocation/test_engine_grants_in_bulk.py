@@ -21,7 +21,7 @@ from inventory.models import Gpu, Pool
 pytestmark = pytest.mark.django_db
 
 
-def test_every_lease_granted_in_one_pass_gets_its_gpus_its_fields_and_exactly_one_audit_event(fleet, leases) -> None:  # type: ignore[no-untyped-def]
+def test_every_lease_granted_in_one_pass_gets_its_gpus_its_fields_and_exactly_one_audit_event(fleet, leases) -> None:
     pool = fleet(hosts=2)
     made = leases(pool, 6, gpus=2) + leases(pool, 4, gpus=1, team="b")
     report = run_pass([pool.pk])[0]
@@ -32,6 +32,7 @@ def test_every_lease_granted_in_one_pass_gets_its_gpus_its_fields_and_exactly_on
         assert len(links) == lease.gpu_count
         assert set(Gpu.objects.filter(pk__in=links).values_list("host_id", flat=True)) == {lease.host_id}
         held += links
+        assert lease.host is not None and lease.granted_at is not None
         reason = f"granted {lease.gpu_count} GPU(s) on {lease.host.name}" + (
             " (borrowed capacity)" if lease.borrowed else "")
         assert (lease.state, lease.reason, lease.queue_position, lease.estimated_start) == (
@@ -47,7 +48,7 @@ def test_every_lease_granted_in_one_pass_gets_its_gpus_its_fields_and_exactly_on
     assert set(Gpu.objects.filter(pk__in=held).values_list("state", "leased")) == {("leased", True)}
 
 
-def test_a_pass_granting_many_leases_takes_as_many_queries_as_one_granting_two(fleet, leases) -> None:  # type: ignore[no-untyped-def]
+def test_a_pass_granting_many_leases_takes_as_many_queries_as_one_granting_two(fleet, leases) -> None:
     large = fleet(hosts=2)
     small = Pool.objects.get(name="spare")
     leases(large, 12, gpus=1)
@@ -62,7 +63,7 @@ def test_a_pass_granting_many_leases_takes_as_many_queries_as_one_granting_two(f
     assert counts["gpus"] == counts["spare"]
 
 
-def test_a_lease_cancelled_after_the_snapshot_is_not_granted(fleet, leases) -> None:  # type: ignore[no-untyped-def]
+def test_a_lease_cancelled_after_the_snapshot_is_not_granted(fleet, leases) -> None:
     pool = fleet(hosts=1)
     kept, cancelled = leases(pool, 2, gpus=4)
     now = timezone.now()

@@ -18,7 +18,7 @@ def _writes(queries: list[dict]) -> list[str]:
             if q["sql"].lstrip().split(None, 1)[0].upper() in ("INSERT", "UPDATE", "DELETE", "COPY")]
 
 
-def test_a_pass_over_a_full_fleet_and_a_backlog_that_cannot_fit_writes_nothing(fleet, leases) -> None:  # type: ignore[no-untyped-def]
+def test_a_pass_over_a_full_fleet_and_a_backlog_that_cannot_fit_writes_nothing(fleet, leases) -> None:
     pool = fleet(hosts=2)
     leases(pool, 2, gpus=8)
     assert len(run_pass([pool.pk])[0].granted) == 2
@@ -33,7 +33,7 @@ def test_a_pass_over_a_full_fleet_and_a_backlog_that_cannot_fit_writes_nothing(f
         assert _writes(queries.captured_queries) == []
 
 
-def test_a_no_change_pass_reads_the_same_number_of_queries_for_a_small_and_a_large_pool(fleet, leases) -> None:  # type: ignore[no-untyped-def]
+def test_a_no_change_pass_reads_the_same_number_of_queries_for_a_small_and_a_large_pool(fleet, leases) -> None:
     large = fleet(hosts=2)
     small = Pool.objects.get(name="spare")
     leases(large, 16, gpus=1)

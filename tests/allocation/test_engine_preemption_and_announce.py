@@ -4,6 +4,7 @@ lease a pass grants or preempts is announced to watchers in one batch."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -16,16 +17,16 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def announced(monkeypatch):  # type: ignore[no-untyped-def]
+def announced(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Any]], list[Any]]:
     """Batches passed to `announce` by the engine, and leases announced one by one (none)."""
-    batches: list[list] = []
-    single: list = []
+    batches: list[list[Any]] = []
+    single: list[Any] = []
     monkeypatch.setattr(allocation.engine, "announce", lambda changes: batches.append(list(changes)))
     monkeypatch.setattr(allocation.leases, "announce_lease", lambda lease: single.append(lease.pk))
     return batches, single
 
 
-def test_a_pass_that_preempts_and_grants_announces_both_in_one_batch(fleet, leases, announced) -> None:  # type: ignore[no-untyped-def]
+def test_a_pass_that_preempts_and_grants_announces_both_in_one_batch(fleet, leases, announced) -> None:
     batches, single = announced
     pool = fleet(hosts=1)
     victims = leases(pool, 2, gpus=4, priority="best-effort")
@@ -61,7 +62,7 @@ def test_a_pass_that_preempts_and_grants_announces_both_in_one_batch(fleet, leas
 
 def test_a_preempted_lease_with_a_running_workload_keeps_its_gpus_through_its_grace(fleet, leases, announced,
                                                                                    django_capture_on_commit_callbacks,
-                                                                                   monkeypatch) -> None:  # type: ignore[no-untyped-def]
+                                                                                   monkeypatch) -> None:
     batches, _ = announced
     unbinds: list[str] = []
     monkeypatch.setattr(allocation.engine, "request_unbind", unbinds.append)

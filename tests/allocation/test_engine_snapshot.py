@@ -21,11 +21,11 @@ from inventory.models import Gpu, Host, Pool
 pytestmark = pytest.mark.django_db
 
 
-def _ts(value):  # type: ignore[no-untyped-def]
+def _ts(value):
     return value.timestamp() if value is not None else None
 
 
-def reference(pool: Pool):  # type: ignore[no-untyped-def]
+def reference(pool: Pool):
     """The snapshot as the engine used to read it, through the ORM, one concern at a time."""
     parents = set(Gpu.objects.filter(pool=pool, parent__isnull=False).values_list("parent_id", flat=True))
     held_elsewhere = set(LeaseGpu.objects.filter(active=True, gpu__pool=pool).exclude(lease__pool=pool)
@@ -61,7 +61,7 @@ def reference(pool: Pool):  # type: ignore[no-untyped-def]
     return gpus, running, pending, quotas, classes
 
 
-def reference_usage(now):  # type: ignore[no-untyped-def]
+def reference_usage(now):
     """`ledger.team_usage_views` as it was: running leases one by one, counting their active links."""
     h = half_life_s()
     t = now.timestamp()
@@ -76,7 +76,7 @@ def reference_usage(now):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def mixed_pool(fleet, leases):  # type: ignore[no-untyped-def]
+def mixed_pool(fleet, leases):
     """A pool with one of everything the snapshot must tell apart."""
     pool = fleet(hosts=3)
     spare = Pool.objects.get(name="spare")
@@ -113,7 +113,7 @@ def mixed_pool(fleet, leases):  # type: ignore[no-untyped-def]
     return pool
 
 
-def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:  # type: ignore[no-untyped-def]
+def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:
     now = timezone.now()
     snapshot, pending_rows, gpu_host = build_snapshot(mixed_pool, now)
     gpus, running, pending, quotas, classes = reference(mixed_pool)
@@ -133,14 +133,14 @@ def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:  # type: ig
     assert snapshot.now == now.timestamp() and snapshot.half_life_s == 168 * 3600.0
 
 
-def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:  # type: ignore[no-untyped-def]
+def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:
     first = read_pool(mixed_pool, timezone.now()).snapshot
     second = read_pool(mixed_pool, timezone.now()).snapshot
     assert second.gpus is first.gpus
     assert all(a is b for a, b in zip(first.running, second.running, strict=True))
     assert all(a is b for a, b in zip(first.pending, second.pending, strict=True))
 
-    host = Host.objects.filter(gpus__pool=mixed_pool).order_by("name").first()
+    host = Host.objects.filter(gpus__pool=mixed_pool).order_by("name")[0]
     Host.objects.filter(pk=host.pk).update(state=HostState.CORDONED)
     renewed = first.running[-1]
     Lease.objects.filter(pk=renewed.lease_id).update(expires_at=timezone.now() + timedelta(hours=5))
@@ -148,5 +148,5 @@ def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:  #
     assert third.gpus is not first.gpus and third.gpus == reference(mixed_pool)[0]
     assert not any(g.schedulable for g in third.gpus if g.host == host.name)
     changed = [r for r in third.running if r.lease_id == renewed.lease_id]
-    assert changed[0] is not renewed and changed[0].expected_end > (renewed.expected_end or 0)
+    assert changed[0] is not renewed and (changed[0].expected_end or 0) > (renewed.expected_end or 0)
     assert all(a is b for a, b in zip(first.running, third.running, strict=True) if a.lease_id != renewed.lease_id)

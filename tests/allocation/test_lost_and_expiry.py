@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice(demo_fleet, make_user, api):  # type: ignore[no-untyped-def]
+def alice(demo_fleet, make_user, api):
     return api(make_user("alice", teams=("vision",)))
 
 
@@ -26,10 +26,17 @@ def _offline(host_name: str, since: timedelta) -> None:
                                               offline_since=timezone.now() - since)
 
 
-def test_a_lease_on_a_host_offline_past_the_grace_becomes_lost(alice, settings) -> None:  # type: ignore[no-untyped-def]
+def _host_of(lease_id: str) -> str:
+    """The name of the host a granted lease runs on."""
+    host = Lease.objects.get(pk=lease_id).host
+    assert host is not None, "the lease is granted"
+    return host.name
+
+
+def test_a_lease_on_a_host_offline_past_the_grace_becomes_lost(alice, settings) -> None:
     lease = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 2}, format="json").json()
     run_pass()
-    host = Lease.objects.get(pk=lease["id"]).host.name
+    host = _host_of(lease["id"])
     _offline(host, timedelta(seconds=10))
     assert leases_reap()["lost"] == 0  # still within the grace: the host may come back
     _offline(host, timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"] + 1))
@@ -39,11 +46,11 @@ def test_a_lease_on_a_host_offline_past_the_grace_becomes_lost(alice, settings) 
     assert not lost.gpu_links.filter(active=True).exists()
 
 
-def test_requeue_on_loss_puts_the_lease_back_and_the_next_pass_places_it_elsewhere(alice, settings) -> None:  # type: ignore[no-untyped-def]
+def test_requeue_on_loss_puts_the_lease_back_and_the_next_pass_places_it_elsewhere(alice, settings) -> None:
     lease = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 2, "requeue_on_loss": True},
                        format="json").json()
     run_pass()
-    first_host = Lease.objects.get(pk=lease["id"]).host.name
+    first_host = _host_of(lease["id"])
     _offline(first_host, timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"] + 1))
     Gpu.objects.filter(host__name=first_host).update(state="offline")
     counts = leases_reap()
@@ -51,12 +58,12 @@ def test_requeue_on_loss_puts_the_lease_back_and_the_next_pass_places_it_elsewhe
     assert Lease.objects.get(pk=lease["id"]).state == "pending"
     run_pass()
     again = Lease.objects.get(pk=lease["id"])
-    assert again.state == "granted" and again.host.name != first_host
+    assert again.state == "granted" and _host_of(lease["id"]) != first_host
     actions = list(again.audit_events.order_by("at", "id").values_list("action", flat=True))
     assert actions[-3:] == ["lease.lost", "lease.pending", "lease.granted"]
 
 
-def test_the_fair_share_ledger_counts_ended_leases_and_can_be_rebuilt_from_lease_rows(alice) -> None:  # type: ignore[no-untyped-def]
+def test_the_fair_share_ledger_counts_ended_leases_and_can_be_rebuilt_from_lease_rows(alice) -> None:
     lease = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 4}, format="json").json()
     run_pass()
     Lease.objects.filter(pk=lease["id"]).update(granted_at=timezone.now() - timedelta(hours=1))
@@ -69,17 +76,18 @@ def test_the_fair_share_ledger_counts_ended_leases_and_can_be_rebuilt_from_lease
     assert rebuilt == pytest.approx(usage, rel=1e-3)
 
 
-def test_a_requeued_lease_may_be_granted_the_same_gpus_again_when_its_host_returns(alice, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_requeued_lease_may_be_granted_the_same_gpus_again_when_its_host_returns(alice, settings) -> None:
     lease = alice.post("/api/v1/leases/", {"pool": "training", "gpus": 2, "requeue_on_loss": True},
                        format="json").json()
     run_pass()
     first = Lease.objects.get(pk=lease["id"])
     first_gpus = set(first.gpu_links.values_list("gpu_id", flat=True))
-    _offline(first.host.name, timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"] + 1))
+    first_host = _host_of(lease["id"])
+    _offline(first_host, timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"] + 1))
     leases_reap()
     # Every other GPU of the pool is taken meanwhile; the lost host comes back.
     Gpu.objects.filter(pool__name="training").exclude(pk__in=first_gpus).update(health="unhealthy")
-    Host.objects.filter(name=first.host.name).update(state="ready", offline_since=None)
+    Host.objects.filter(name=first_host).update(state="ready", offline_since=None)
     run_pass()
     again = Lease.objects.get(pk=lease["id"])
     assert again.state == "granted"

@@ -29,15 +29,15 @@ sources: [{name: sim, kind: simulated, pool: gpus, hosts: %(hosts)s, gpus_per_ho
 
 
 @pytest.fixture
-def fleet(apply_yaml, make_user, api):  # type: ignore[no-untyped-def]
-    def build(**kw):  # type: ignore[no-untyped-def]
+def fleet(apply_yaml, make_user, api):
+    def build(**kw):
         values = {"wa": 1, "wb": 1, "ga": 0, "gb": 0, "la": "null", "lb": "null", "minrt": 0, "hosts": 2} | kw
         apply_yaml(FLEET % values)
         return api(make_user("ann", teams=("a",))), api(make_user("ben", teams=("b",)))
     return build
 
 
-def ask(client, n: int, gpus: int = 1, **body):  # type: ignore[no-untyped-def]
+def ask(client, n: int, gpus: int = 1, **body):
     ids = []
     for _ in range(n):
         r = client.post("/api/v1/leases/", {"pool": "gpus", "gpus": gpus, **body}, format="json")
@@ -57,7 +57,7 @@ def held(team: str) -> int:
     return Lease.objects.filter(team__name=team, gpu_links__active=True).count()
 
 
-def test_borrowed_gpus_are_reclaimed_for_the_owner_and_the_borrower_keeps_its_guarantee(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_borrowed_gpus_are_reclaimed_for_the_owner_and_the_borrower_keeps_its_guarantee(fleet) -> None:
     ann, ben = fleet(ga=8, gb=8)
     ask(ann, 16)
     schedule()
@@ -75,7 +75,7 @@ def test_borrowed_gpus_are_reclaimed_for_the_owner_and_the_borrower_keeps_its_gu
     assert AuditEvent.objects.filter(action="lease.preempt").count() == 8
 
 
-def test_backlogged_teams_with_weights_3_to_1_split_16_gpus_12_to_4(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_backlogged_teams_with_weights_3_to_1_split_16_gpus_12_to_4(fleet) -> None:
     ann, ben = fleet(wa=3, wb=1)
     ask(ann, 16)
     ask(ben, 16)
@@ -83,7 +83,7 @@ def test_backlogged_teams_with_weights_3_to_1_split_16_gpus_12_to_4(fleet) -> No
     assert (held("a"), held("b")) == (12, 4)
 
 
-def test_a_team_never_exceeds_its_limit_whatever_is_idle(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_team_never_exceeds_its_limit_whatever_is_idle(fleet) -> None:
     ann, _ = fleet(la=4)
     pending = ask(ann, 10)
     schedule()
@@ -94,7 +94,7 @@ def test_a_team_never_exceeds_its_limit_whatever_is_idle(fleet) -> None:  # type
     assert all("limit" in lease.reason for lease in waiting)
 
 
-def test_high_priority_preempts_best_effort_but_never_non_preemptible_work(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_high_priority_preempts_best_effort_but_never_non_preemptible_work(fleet) -> None:
     ann, ben = fleet(hosts=1)
     ask(ann, 1, gpus=4, priority_class="best-effort")
     ask(ann, 1, gpus=4)  # default: not preemptible
@@ -111,7 +111,7 @@ def test_high_priority_preempts_best_effort_but_never_non_preemptible_work(fleet
     assert Lease.objects.get(team__name="a", priority_class__name="default").state == "granted"
 
 
-def test_best_effort_younger_than_its_minimum_runtime_is_not_preempted(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_best_effort_younger_than_its_minimum_runtime_is_not_preempted(fleet) -> None:
     ann, ben = fleet(hosts=1, minrt=300)
     [young] = ask(ann, 1, gpus=8, priority_class="best-effort")
     schedule()
@@ -125,7 +125,7 @@ def test_best_effort_younger_than_its_minimum_runtime_is_not_preempted(fleet) ->
     assert Lease.objects.get(pk=urgent).state == "granted"
 
 
-def test_a_same_host_request_on_a_fragmented_fleet_waits_with_a_reason_and_nothing_is_half_granted(fleet) -> None:  # type: ignore[no-untyped-def]
+def test_a_same_host_request_on_a_fragmented_fleet_waits_with_a_reason_and_nothing_is_half_granted(fleet) -> None:
     ann, ben = fleet(hosts=2)
     ask(ann, 2, gpus=3)  # best fit packs both onto one host? either way no host keeps 8 free
     ask(ann, 1, gpus=3)

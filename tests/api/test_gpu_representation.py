@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def test_the_fast_gpu_representation_equals_drfs(world: Any) -> None:
     run_pass()
     host = Host.objects.get(pk=world.host_id)
-    parent = Gpu.objects.filter(host=host).order_by("index").first()
+    parent = Gpu.objects.filter(host=host).order_by("index")[0]
     Gpu.objects.create(uuid="MIG-test-1", host=host, pool=parent.pool, parent=parent, index=0,
                        model=parent.model, memory_mb=10000, mig_profile="1g.10gb",
                        telemetry_at=timezone.now(), utilization_pct=12.5, temperature_c=40.0)

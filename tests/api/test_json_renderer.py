@@ -9,6 +9,7 @@ import decimal
 import io
 import json
 import uuid
+from typing import Any
 
 import pytest
 from django.utils.functional import lazy
@@ -18,7 +19,7 @@ from rest_framework.exceptions import ParseError
 from core.api.renderers import JSONParser, JSONRenderer
 
 UTC = datetime.UTC
-SAMPLES = [
+SAMPLES: list[Any] = [
     {"at": datetime.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
      "whole": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
      "offset": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),

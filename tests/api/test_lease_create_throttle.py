@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def two_per_minute(settings: Any) -> None:
+def two_per_minute(settings: Any) -> Iterator[None]:
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"lease_create": "2/min"}}
     cache.clear()
     yield

@@ -12,11 +12,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice(demo_fleet, make_user):  # type: ignore[no-untyped-def]
+def alice(demo_fleet, make_user):
     return make_user("alice", teams=("vision",))
 
 
-def test_a_requested_lease_is_pending_until_a_pass_grants_it_and_release_frees_it(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_a_requested_lease_is_pending_until_a_pass_grants_it_and_release_frees_it(api, alice) -> None:
     client = api(alice)
     created = client.post("/api/v1/leases/", {"pool": "training", "gpus": 2, "ttl_seconds": 600},
                           format="json")
@@ -59,7 +59,7 @@ def test_a_requested_lease_is_pending_until_a_pass_grants_it_and_release_frees_i
                                                 "env": {"BAD-NAME": "1"}}}, "binding"),
     ({"pool": ["training"], "gpus": 1}, "pool"),
 ])
-def test_bad_lease_input_gets_a_400_with_a_code_and_the_field(api, alice, body, field) -> None:  # type: ignore[no-untyped-def]
+def test_bad_lease_input_gets_a_400_with_a_code_and_the_field(api, alice, body, field) -> None:
     response = api(alice).post("/api/v1/leases/", body, format="json")
     assert response.status_code == 400
     data = response.json()
@@ -67,13 +67,13 @@ def test_bad_lease_input_gets_a_400_with_a_code_and_the_field(api, alice, body, 
 
 
 @pytest.mark.parametrize("raw", [b"garbage", b"{", b"[]", b"null", b'"text"', b"\xff\xfe"])
-def test_garbage_json_is_a_400_json_error_never_a_500(api, alice, raw) -> None:  # type: ignore[no-untyped-def]
+def test_garbage_json_is_a_400_json_error_never_a_500(api, alice, raw) -> None:
     response = api(alice).post("/api/v1/leases/", raw, content_type="application/json")
     assert response.status_code == 400
     assert response.json()["code"] in {"parse_error", "invalid"}
 
 
-def test_a_request_no_capacity_could_ever_satisfy_is_refused_at_once(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_a_request_no_capacity_could_ever_satisfy_is_refused_at_once(api, alice) -> None:
     response = api(alice).post("/api/v1/leases/", {"pool": "training", "gpus": 9}, format="json")
     assert response.status_code == 400
     assert response.json()["code"] == "unsatisfiable"
@@ -83,7 +83,7 @@ def test_a_request_no_capacity_could_ever_satisfy_is_refused_at_once(api, alice)
     assert spread.status_code == 201
 
 
-def test_a_model_that_the_pool_does_not_have_is_refused(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_a_model_that_the_pool_does_not_have_is_refused(api, alice) -> None:
     response = api(alice).post("/api/v1/leases/", {"pool": "training", "gpus": 1, "model": "V100"},
                                format="json")
     assert response.status_code == 400 and response.json()["code"] == "unsatisfiable"
@@ -92,7 +92,7 @@ def test_a_model_that_the_pool_does_not_have_is_refused(api, alice) -> None:  # 
     assert ok.status_code == 201
 
 
-def test_the_same_idempotency_key_returns_the_same_lease_and_a_different_body_conflicts(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_the_same_idempotency_key_returns_the_same_lease_and_a_different_body_conflicts(api, alice) -> None:
     client = api(alice)
     body = {"pool": "training", "gpus": 1}
     first = client.post("/api/v1/leases/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
@@ -104,7 +104,7 @@ def test_the_same_idempotency_key_returns_the_same_lease_and_a_different_body_co
     assert third.status_code == 409 and third.json()["code"] == "idempotency_key_reused"
 
 
-def test_another_teams_member_gets_404_for_the_lease_and_cannot_release_it(api, alice, make_user) -> None:  # type: ignore[no-untyped-def]
+def test_another_teams_member_gets_404_for_the_lease_and_cannot_release_it(api, alice, make_user) -> None:
     carol = make_user("carol", teams=("nlp",))
     lease = api(alice).post("/api/v1/leases/", {"pool": "training", "gpus": 1}, format="json").json()
     assert api(carol).get(f"/api/v1/leases/{lease['id']}/").status_code == 404
@@ -114,12 +114,12 @@ def test_another_teams_member_gets_404_for_the_lease_and_cannot_release_it(api, 
     assert api(admin).get(f"/api/v1/leases/{lease['id']}/").status_code == 200
 
 
-def test_anonymous_requests_are_refused_with_a_json_401(api, demo_fleet) -> None:  # type: ignore[no-untyped-def]
+def test_anonymous_requests_are_refused_with_a_json_401(api, demo_fleet) -> None:
     response = api().get("/api/v1/gpus/")
     assert response.status_code == 401 and response.json()["code"] == "not_authenticated"
 
 
-def test_a_granted_lease_past_its_ttl_expires_and_frees_its_gpus(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_a_granted_lease_past_its_ttl_expires_and_frees_its_gpus(api, alice) -> None:
     from datetime import timedelta
 
     from django.utils import timezone
@@ -136,7 +136,7 @@ def test_a_granted_lease_past_its_ttl_expires_and_frees_its_gpus(api, alice) -> 
     assert not Gpu.objects.filter(state="leased").exists()
 
 
-def test_renew_pushes_the_expiry(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_renew_pushes_the_expiry(api, alice) -> None:
     lease = api(alice).post("/api/v1/leases/", {"pool": "training", "gpus": 1, "ttl_seconds": 60},
                             format="json").json()
     run_pass()
@@ -148,7 +148,7 @@ def test_renew_pushes_the_expiry(api, alice) -> None:  # type: ignore[no-untyped
     assert refused.status_code == 409 and refused.json()["code"] == "not_renewable"
 
 
-def test_gpus_list_the_demo_fleet_with_filters(api, alice) -> None:  # type: ignore[no-untyped-def]
+def test_gpus_list_the_demo_fleet_with_filters(api, alice) -> None:
     data = api(alice).get("/api/v1/gpus/?pool=training&limit=1000").json()
     assert data["count"] == 32
     assert {g["model"] for g in data["results"]} == {"NVIDIA H100 80GB HBM3"}
@@ -160,6 +160,6 @@ def test_gpus_list_the_demo_fleet_with_filters(api, alice) -> None:  # type: ign
     assert pools["training"]["capacity"] == 32 and pools["inference"]["capacity"] == 8
 
 
-def test_healthz_answers(client, db) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_answers(client, db) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200 and response.json()["status"] == "ok"

@@ -11,7 +11,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_gpupool_console_script_lists_pools_and_fails_cleanly(server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_gpupool_console_script_lists_pools_and_fails_cleanly(server, tmp_path) -> None:
     script = Path(sys.executable).parent / "gpupool"
     if not script.exists():
         pytest.skip("console script not installed (pip install -e .)")

@@ -7,7 +7,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_bad_token_is_one_line_and_exit_3(server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_token_is_one_line_and_exit_3(server, monkeypatch) -> None:
     monkeypatch.setenv("GPUPOOL_TOKEN", "wrong")
     code, out, err = server.run("pools")
     assert code == 3 and out == ""
@@ -15,7 +15,7 @@ def test_a_bad_token_is_one_line_and_exit_3(server, monkeypatch) -> None:  # typ
 
 
 @pytest.mark.django_db(transaction=True)
-def test_usage_errors_exit_2(server) -> None:  # type: ignore[no-untyped-def]
+def test_usage_errors_exit_2(server) -> None:
     assert server.run("request", "--gpus", "two")[0] == 2
     assert server.run("frobnicate")[0] == 2
     code, _, err = server.run("request", "--gpus", "1", "--pool", "training", "--ttl", "soon")
@@ -23,7 +23,7 @@ def test_usage_errors_exit_2(server) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unknown_lease_is_exit_3_and_a_refused_request_is_exit_1(server) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_lease_is_exit_3_and_a_refused_request_is_exit_1(server) -> None:
     code, _, err = server.run("show", "00000000-0000-0000-0000-000000000000")
     assert code == 3 and err == "error: Not found. (not_found)\n"
     code, _, err = server.run("request", "--gpus", "9", "--pool", "training")
@@ -31,7 +31,7 @@ def test_an_unknown_lease_is_exit_3_and_a_refused_request_is_exit_1(server) -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unreachable_server_is_exit_1(server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_server_is_exit_1(server, monkeypatch) -> None:
     monkeypatch.setenv("GPUPOOL_URL", "http://127.0.0.1:9")
     code, _, err = server.run("pools")
     assert code == 1 and err == "error: cannot reach http://127.0.0.1:9/api/v1/ (connection refused) (unreachable)\n"

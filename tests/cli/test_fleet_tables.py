@@ -6,7 +6,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_pools_prints_one_aligned_row_per_pool_with_capacity(server) -> None:  # type: ignore[no-untyped-def]
+def test_pools_prints_one_aligned_row_per_pool_with_capacity(server) -> None:
     code, out, err = server.run("pools")
     assert code == 0, err
     header, *rows = out.strip().splitlines()
@@ -17,7 +17,7 @@ def test_pools_prints_one_aligned_row_per_pool_with_capacity(server) -> None:  #
 
 
 @pytest.mark.django_db(transaction=True)
-def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -> None:  # type: ignore[no-untyped-def]
+def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -> None:
     code, out, _ = server.run("gpus")
     assert code == 0 and len(out.strip().splitlines()) == 1 + 40
     _, out, _ = server.run("gpus", "--pool", "inference")
@@ -30,7 +30,7 @@ def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -
 
 
 @pytest.mark.django_db(transaction=True)
-def test_hosts_lists_each_host_with_source_kind_and_state(server) -> None:  # type: ignore[no-untyped-def]
+def test_hosts_lists_each_host_with_source_kind_and_state(server) -> None:
     code, out, _ = server.run("hosts")
     rows = out.strip().splitlines()
     assert code == 0 and rows[0].split()[:6] == ["ID", "HOST", "SOURCE", "KIND", "STATE", "GPUS"]

@@ -8,7 +8,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_json_output_is_the_api_objects_for_pools_gpus_and_requests(server) -> None:  # type: ignore[no-untyped-def]
+def test_json_output_is_the_api_objects_for_pools_gpus_and_requests(server) -> None:
     code, out, _ = server.run("-o", "json", "pools")
     assert code == 0 and {p["name"] for p in json.loads(out)} == {"training", "inference"}
     _, out, _ = server.run("gpus", "--pool", "inference", "-o", "json")

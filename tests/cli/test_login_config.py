@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_login_saves_a_private_config_that_later_commands_use(server, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_login_saves_a_private_config_that_later_commands_use(server, monkeypatch, tmp_path) -> None:
     path = tmp_path / "config.json"
     monkeypatch.delenv("GPUPOOL_URL")
     monkeypatch.delenv("GPUPOOL_TOKEN")
@@ -23,7 +23,7 @@ def test_login_saves_a_private_config_that_later_commands_use(server, monkeypatc
 
 
 @pytest.mark.django_db(transaction=True)
-def test_login_with_a_bad_token_saves_nothing(server, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_login_with_a_bad_token_saves_nothing(server, monkeypatch, tmp_path) -> None:
     code, _, err = server.run("login", "--url", server.url, "--token", "nope")
     assert code == 3 and "authentication_failed" in err
     assert not (tmp_path / "config.json").exists()

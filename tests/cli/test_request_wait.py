@@ -11,7 +11,7 @@ from tests.cli.conftest import lease_row
 
 
 @pytest.mark.django_db(transaction=True)
-def test_request_wait_returns_the_granted_lease_and_release_ends_it(server, worker) -> None:  # type: ignore[no-untyped-def]
+def test_request_wait_returns_the_granted_lease_and_release_ends_it(server, worker) -> None:
     code, out, err = server.run("request", "--gpus", "2", "--pool", "training", "--model", "H100",
                                 "--ttl", "30m", "--wait", "--poll", "0.1")
     assert code == 0, err
@@ -37,7 +37,7 @@ def test_request_wait_returns_the_granted_lease_and_release_ends_it(server, work
 
 
 @pytest.mark.django_db(transaction=True)
-def test_request_without_a_pool_names_the_pools_when_there_are_several(server) -> None:  # type: ignore[no-untyped-def]
+def test_request_without_a_pool_names_the_pools_when_there_are_several(server) -> None:
     code, out, err = server.run("request", "--gpus", "1")
     assert code == 2 and out == ""
     assert err.strip() == "error: several pools (inference, training): say which with --pool (pool_required)"

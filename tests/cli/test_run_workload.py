@@ -9,7 +9,7 @@ from tests.cli.conftest import lease_row
 
 
 @pytest.mark.django_db(transaction=True)
-def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker) -> None:  # type: ignore[no-untyped-def]
+def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker) -> None:
     code, out, err = server.run("run", "--gpus", "2", "--pool", "training", "--env", "SEED=7", "--poll", "0.1",
                                 "--", "python", "train.py", "--epochs", "1")
     assert code == 0, err
@@ -25,6 +25,6 @@ def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker
 
 
 @pytest.mark.django_db(transaction=True)
-def test_run_without_a_command_is_a_usage_error(server) -> None:  # type: ignore[no-untyped-def]
+def test_run_without_a_command_is_a_usage_error(server) -> None:
     code, _, err = server.run("run", "--gpus", "1", "--pool", "training")
     assert code == 2 and err.startswith("error: say what to run after --")

@@ -8,7 +8,7 @@ import pytest
 
 
 @pytest.mark.django_db(transaction=True)
-def test_top_once_shows_pools_quotas_and_the_queue(server) -> None:  # type: ignore[no-untyped-def]
+def test_top_once_shows_pools_quotas_and_the_queue(server) -> None:
     server.run("request", "--gpus", "4", "--pool", "training")
     code, out, _ = server.run("top", "--once")
     assert code == 0

@@ -8,7 +8,7 @@ import gpupool_cli.waiting
 
 
 @pytest.mark.django_db(transaction=True)
-def test_ctrl_c_while_waiting_cancels_the_lease_and_exits_130(server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_while_waiting_cancels_the_lease_and_exits_130(server, monkeypatch) -> None:
     def interrupt(seconds: float) -> None:
         raise KeyboardInterrupt
 

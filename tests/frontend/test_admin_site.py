@@ -47,6 +47,7 @@ def test_the_source_secret_is_never_shown(seeded: Any, client_for: Any) -> None:
 def test_audit_events_are_read_only(seeded: Any, client_for: Any) -> None:
     client = client_for(seeded.users["root"])
     event = AuditEvent.objects.first()
+    assert event is not None  # the seeded leases were audited
     assert client.get(url(AuditEvent, "add")).status_code == 403
     assert client.post(url(AuditEvent, "change", event.pk), {"actor": "forged"}).status_code == 403
     assert client.post(url(AuditEvent, "delete", event.pk), {"post": "yes"}).status_code == 403

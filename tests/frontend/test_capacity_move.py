@@ -71,7 +71,7 @@ def test_draining_preempts_the_leases_on_moved_hosts(seeded: Any) -> None:
 
 def test_a_held_gpu_picked_alone_blocks_the_move(seeded: Any) -> None:
     inference = Pool.objects.get(name="inference")
-    gpu = Gpu.objects.filter(host=seeded.leases["vision"].host).first()
+    gpu = Gpu.objects.filter(host=seeded.leases["vision"].host)[0]
     preview = capacity_preview(pool=inference, gpu_ids=[gpu.pk])
     assert not preview.can_confirm and "select the whole host" in preview.blocked[0]
     before = snapshot_of_rows()
@@ -104,7 +104,8 @@ def test_the_next_pass_would_reclaim_borrowed_gpus_when_the_pool_shrinks(demo_fl
     vision = lease_create(user=users["alice"], pool=training, gpus=8, ttl_seconds=600)[0]
     research = lease_create(user=users["dave"], pool=training, gpus=8, ttl_seconds=600)[0]
     run_pass()
-    holding = {Lease.objects.get(pk=x.pk).host_id for x in (vision, research)}
+    holding = set(Lease.objects.filter(pk__in=[vision.pk, research.pk], host__isnull=False)
+                  .values_list("host_id", flat=True))
     free_hosts = list(Host.objects.filter(source__pool=training).exclude(pk__in=holding).values_list("pk", flat=True))
     nlp = lease_create(user=users["carol"], pool=training, gpus=8, ttl_seconds=600)[0]  # within its guarantee
     preview = capacity_preview(pool=inference, host_ids=free_hosts)

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.sshd]
 
 
 @pytest.fixture
-def fleet(apply_yaml, ssh_server, fake_host, kube_api, tmp_path: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def fleet(apply_yaml, ssh_server, fake_host, kube_api, tmp_path: Path) -> dict[str, Any]:
     fake_host.use("h100-mig")
     key = tmp_path / "id_ed25519"
     key.write_text(ssh_server.client_key)
@@ -44,7 +44,7 @@ def fleet(apply_yaml, ssh_server, fake_host, kube_api, tmp_path: Path) -> dict[s
     return {"mig_node": mig_node}
 
 
-def test_discover_prints_every_source_then_the_api_shows_every_gpu_right(fleet, api, make_user) -> None:  # type: ignore[no-untyped-def]
+def test_discover_prints_every_source_then_the_api_shows_every_gpu_right(fleet, api, make_user) -> None:
     out = StringIO()
     call_command("discover", stdout=out)
     table = out.getvalue()
@@ -79,7 +79,7 @@ def test_discover_prints_every_source_then_the_api_shows_every_gpu_right(fleet, 
     assert a16_host["driver_version"] == "550.90.07" and a16_host["cuda_version"] == "12.4"
 
 
-def test_a_gpu_that_falls_off_the_bus_between_two_syncs_turns_unhealthy(fleet, fake_host, api, make_user) -> None:  # type: ignore[no-untyped-def]
+def test_a_gpu_that_falls_off_the_bus_between_two_syncs_turns_unhealthy(fleet, fake_host, api, make_user) -> None:
     from inventory.discovery import source_discover
     from inventory.models import Gpu, Source
 

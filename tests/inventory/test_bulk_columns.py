@@ -19,7 +19,7 @@ AWKWARD = ['plain', 'with "quotes"', "back\\slash", "comma, {braces}", "NULL", "
            "trailing space ", "'single'"]
 
 
-def test_rows_inserted_column_by_column_read_back_as_given(demo_fleet) -> None:  # type: ignore[no-untyped-def]
+def test_rows_inserted_column_by_column_read_back_as_given(demo_fleet) -> None:
     now = timezone.now()
     n = len(AWKWARD)
     data = [{"text": text, "n": i, "nested": [i, None, {"q": '"'}]} for i, text in enumerate(AWKWARD)]
@@ -37,7 +37,7 @@ def test_rows_inserted_column_by_column_read_back_as_given(demo_fleet) -> None: 
     assert bulk_insert_columns(AuditEvent, ["actor"], [[]]) == 0
 
 
-def test_an_update_by_columns_writes_only_rows_still_matching_and_says_which(demo_fleet, make_user) -> None:  # type: ignore[no-untyped-def]
+def test_an_update_by_columns_writes_only_rows_still_matching_and_says_which(demo_fleet, make_user) -> None:
     from allocation.models import PriorityClass, Team
     from inventory.models import Pool
 

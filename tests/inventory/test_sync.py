@@ -22,7 +22,7 @@ def source() -> Source:
     return Source.objects.create(name="s", kind="simulated", pool=pool, interval_s=30)
 
 
-def host(name: str, n: int = 2, **kw) -> HostFact:  # type: ignore[no-untyped-def]
+def host(name: str, n: int = 2, **kw) -> HostFact:
     gpus = kw.pop("gpus", None) or tuple(
         GpuFact(uuid=f"GPU-{name}-{i}", index=i, model="NVIDIA A100-SXM4-80GB", memory_mb=81920)
         for i in range(n))
@@ -48,7 +48,7 @@ def test_the_number_of_queries_does_not_grow_with_the_fleet(source: Source) -> N
     assert len(big) <= len(small) + 2, (len(small), len(big))
 
 
-def test_a_vanished_gpu_is_marked_gone_and_its_lease_becomes_lost(source: Source, make_user) -> None:  # type: ignore[no-untyped-def]
+def test_a_vanished_gpu_is_marked_gone_and_its_lease_becomes_lost(source: Source, make_user) -> None:
     from allocation.models import Lease, LeaseGpu, PriorityClass, Team
 
     sync_source(source, Discovery(hosts=(host("a", 2),)))
@@ -111,7 +111,7 @@ def test_mig_slices_point_at_their_parent_and_health_and_processes_set_state(sou
     )
     sync_source(source, Discovery(hosts=(host("m", gpus=gpus),)))
     mig = Gpu.objects.get(uuid="MIG-1")
-    assert mig.parent.uuid == "GPU-p" and mig.mig_profile == "1g.10gb"
+    assert mig.parent_uuid == "GPU-p" and mig.mig_profile == "1g.10gb"
     assert Gpu.objects.get(uuid="GPU-sick").state == "unhealthy"
     assert Gpu.objects.get(uuid="GPU-busy").state == "foreign"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from allocation.policy.types import (
     Decisions,
@@ -22,7 +23,7 @@ A100 = "NVIDIA A100-SXM4-80GB"
 
 def fleet(hosts: int | Sequence[int], *, pool: str = "p", model: str = H100,
           memory_mb: int = 81559, driver: str = "550.54.15", cuda: str = "12.4",
-          prefix: str = "node", start_id: int = 1, **extra: object) -> tuple[GpuView, ...]:
+          prefix: str = "node", start_id: int = 1, **extra: Any) -> tuple[GpuView, ...]:
     """`hosts` hosts of 8 GPUs, or one host per entry of a list of sizes; ids from `start_id`."""
     sizes = [8] * hosts if isinstance(hosts, int) else list(hosts)
     gpus = []
@@ -30,7 +31,7 @@ def fleet(hosts: int | Sequence[int], *, pool: str = "p", model: str = H100,
     for h, size in enumerate(sizes):
         for _ in range(size):
             gpus.append(GpuView(gid, pool, f"{prefix}-{h}", model, memory_mb, driver, cuda,
-                                **extra))  # type: ignore[arg-type]
+                                **extra))
             gid += 1
     return tuple(gpus)
 
@@ -40,14 +41,14 @@ def ids(gpus: Iterable[GpuView], host: str | None = None) -> tuple[int, ...]:
 
 
 def req(lease_id: str, team: str, gpus: int, *, pool: str = "p", created_at: float = 0.0,
-        **kw: object) -> RequestView:
-    return RequestView(lease_id, team, pool, gpus, created_at=created_at, **kw)  # type: ignore[arg-type]
+        **kw: Any) -> RequestView:
+    return RequestView(lease_id, team, pool, gpus, created_at=created_at, **kw)
 
 
 def run(lease_id: str, team: str, gpu_ids: Iterable[int], *, pool: str = "p",
-        granted_at: float = 0.0, **kw: object) -> RunningView:
+        granted_at: float = 0.0, **kw: Any) -> RunningView:
     return RunningView(lease_id, team, pool, tuple(gpu_ids), granted_at=granted_at,
-                       **kw)  # type: ignore[arg-type]
+                       **kw)
 
 
 def quotas(*rows: tuple[str, int, int | None], pool: str = "p") -> dict[tuple[str, str], QuotaView]:
@@ -59,11 +60,11 @@ def snap(gpus: tuple[GpuView, ...], pending: Sequence[RequestView] = (),
          running: Sequence[RunningView] = (), *, teams: dict[str, float] | None = None,
          usage: dict[str, float] | None = None,
          quota: dict[tuple[str, str], QuotaView] | None = None, now: float = 10_000.0,
-         **kw: object) -> Snapshot:
+         **kw: Any) -> Snapshot:
     names = set(teams or {}) | {r.team for r in pending} | {r.team for r in running}
     views = {n: TeamView(n, (teams or {}).get(n, 1.0), (usage or {}).get(n, 0.0)) for n in names}
     return Snapshot(now, gpus, views, quota or {}, tuple(running), tuple(pending),
-                    **kw)  # type: ignore[arg-type]
+                    **kw)
 
 
 def grants(d: Decisions) -> dict[str, Grant]:

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from allocation.policy.fair import schedule
+from allocation.policy.types import RequestView, RunningView
 from tests.policy.factories import A100, fleet, grants, ids, pendings, req, run, snap
 
 NOW = 10_000.0
 GPUS = fleet(2)
 
 
-def _busy(node1_free: bool = False) -> list:
+def _busy(node1_free: bool = False) -> list[RunningView]:
     """node-0: 6 GPUs until NOW+1000 (2 free); node-1: 4 (or 8) GPUs until NOW+5000."""
     node1 = ids(GPUS, "node-1")
     return [run("l0", "z", ids(GPUS, "node-0")[:6], expected_end=NOW + 1000),
             run("l1", "z", node1[:4] if node1_free else node1, expected_end=NOW + 5000)]
 
 
-def _head() -> object:
+def _head() -> RequestView:
     return req("head", "a", 8, created_at=0, priority=10)
 
 

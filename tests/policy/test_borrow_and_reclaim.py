@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from allocation.policy.fair import schedule
+from allocation.policy.types import RunningView
 from tests.policy.factories import fleet, grants, pendings, quotas, req, run, snap, victims
 
 GPUS = fleet(2)  # 16 GPUs on two hosts
 QUOTA = quotas(("a", 8, None), ("b", 8, None))
 
 
-def _a_holds_everything(**kw: object) -> list:
+def _a_holds_everything(**kw: Any) -> list[RunningView]:
     """Team a holding all 16 GPUs as 1-GPU leases: the first 8 in quota, the rest borrowed."""
     return [run(f"a{i}", "a", [g.id], granted_at=100.0 + i, borrowed=i >= 8, **kw)
             for i, g in enumerate(GPUS)]

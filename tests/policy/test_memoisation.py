@@ -45,7 +45,7 @@ def histories(draw: st.DrawFn) -> list[Snapshot]:
                     priority=draw(st.sampled_from((-10, 0))), preemptible=draw(st.booleans()),
                     granted_at=float(step), expected_end=1000.0 + step,
                     ending=draw(st.integers(0, 6)) == 0)
-        if running and draw(st.booleans()):  # a lease starts ending: a new view, same id
+        if bool(running) and draw(st.booleans()):  # a lease starts ending: a new view, same id
             lease_id = sorted(running)[0]
             running[lease_id] = replace(running[lease_id], ending=True)
         snapshots.append(Snapshot(100.0 + step, GPUS, teams, {}, tuple(running.values()),

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from allocation.policy.fair import schedule
+from allocation.policy.types import RunningView
 from tests.policy.factories import fleet, grants, ids, pendings, quotas, req, run, snap, victims
 
 GPUS = fleet(2)
 
 
-def _best_effort(i: int, gpu_ids: list[int], **kw: object) -> object:
+def _best_effort(i: int, gpu_ids: Iterable[int], **kw: Any) -> RunningView:
     kw.setdefault("preemptible", True)
     kw.setdefault("priority", -10)
     return run(f"be{i}", "b", gpu_ids, granted_at=float(i), **kw)
 
 
-def _full(**kw: object) -> list:
+def _full(**kw: Any) -> list[RunningView]:
     """Team b's best-effort leases of 4 GPUs filling the fleet."""
     return [_best_effort(i, [g.id for g in GPUS[4 * i:4 * i + 4]], **kw) for i in range(4)]
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allocation.policy import Policy
 from allocation.policy.fair import schedule as fair
 from allocation.policy.fifo import schedule as fifo
 from allocation.policy.matching import kind_eligible, kind_of
@@ -88,8 +89,8 @@ def _held(snapshot: Snapshot) -> dict[tuple[str, str], int]:
     return held
 
 
-def _check_grants(snapshot: Snapshot, policy: object) -> None:
-    d = policy(snapshot)  # type: ignore[operator]
+def _check_grants(snapshot: Snapshot, policy: Policy) -> None:
+    d = policy(snapshot)
     gpus = {g.id: g for g in snapshot.gpus}
     requests = {r.lease_id: r for r in snapshot.pending}
     busy = {g for run in snapshot.running for g in run.gpu_ids}
@@ -152,7 +153,8 @@ def test_victims_are_preemptible_or_borrowed_and_guarantees_are_kept(snapshot: S
         if victim.team != by.team:
             lost[(victim.team, victim.pool)] += len(victim.gpu_ids)
             assert lower or stop.kind == "reclaim"
-    held, leaving = _held(snapshot), defaultdict(int)
+    held = _held(snapshot)
+    leaving: dict[tuple[str, str], int] = defaultdict(int)
     for run in snapshot.running:
         if run.ending:
             leaving[(run.team, run.pool)] += len(run.gpu_ids)

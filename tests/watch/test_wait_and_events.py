@@ -202,9 +202,11 @@ def test_a_resume_point_older_than_the_kept_changes_is_a_410(server: dict[str, A
 
     from allocation.events import STREAM
 
+    assert settings.REDIS_URL  # the redis mode
     client = redis.Redis.from_url(settings.REDIS_URL)
-    first = client.xadd(STREAM, {"lease": "00000000-0000-0000-0000-000000000000", "pool": "0", "team": "0",
-                                 "state": "pending"}).decode()
+    added = client.xadd(STREAM, {"lease": "00000000-0000-0000-0000-000000000000", "pool": "0", "team": "0",
+                                 "state": "pending"})
+    first = added.decode() if isinstance(added, bytes) else added
     client.xadd(STREAM, {"lease": "00000000-0000-0000-0000-000000000000", "pool": "0", "team": "0",
                          "state": "released"})
     client.xtrim(STREAM, maxlen=1, approximate=False)
@@ -253,6 +255,7 @@ def test_a_lost_change_log_ends_the_stream_and_resuming_from_before_the_loss_is_
     stream.take(1, kind="bookmark")
     _create(server)
     last = stream.take(1)[0]["id"]
+    assert settings.REDIS_URL  # the redis mode
     redis.Redis.from_url(settings.REDIS_URL).delete(STREAM)
     deadline = time.monotonic() + 30
     while stream.response.raw is not None and not stream.response.raw.closed and time.monotonic() < deadline:
