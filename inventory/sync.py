@@ -112,6 +112,7 @@ def _derive(host: Host, now: datetime) -> None:
 STRUCT_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile", "shared_replicas",
                  "health", "health_reason", "foreign", "gone")
 TELEMETRY_FIELDS = ("utilization_pct", "memory_used_mb", "temperature_c", "power_w", "telemetry_at")
+_TELEMETRY_COMPARED = tuple(k for k in TELEMETRY_FIELDS if k != "telemetry_at")  # a new timestamp alone is no change
 _ROW_FIELDS = ("pk", "uuid", "leased", *STRUCT_FIELDS, *TELEMETRY_FIELDS)
 
 
@@ -196,11 +197,11 @@ class _GpuSync:
             rows[fact.uuid] = {"pk": None, "uuid": fact.uuid, "leased": False, "foreign": False, **values}
             self.report.created += 1
             return
-        if any(row[k] != v for k, v in values.items() if k in STRUCT_FIELDS):
+        if any(row[k] != values[k] for k in STRUCT_FIELDS if k in values):
             row.update(values)
             self.struct_changed[fact.uuid] = row
             self.report.updated += 1
-        elif any(row[k] != values[k] for k in TELEMETRY_FIELDS if k != "telemetry_at"):
+        elif any(row[k] != values[k] for k in _TELEMETRY_COMPARED):
             row.update(values)
             self.telemetry_changed[fact.uuid] = row
         if self.take_samples and (fact.utilization_pct is not None or fact.temperature_c is not None):
