@@ -301,9 +301,8 @@ def test_unreachable_api_on_unbind_is_transient() -> None:
 def test_retries_stay_inside_the_total_budget(kube_api: KubeApiServer, bound: dict) -> None:
     kube_api.delay_next(100, 1.0)
     connector = connector_for(kube_api, request_timeout=0.4)
-    # ClassVars in agents, set on this instance only.
-    connector.retry_budget_s = 1.5  # type: ignore[misc]
-    connector.retry_delays = (0.1, 0.1, 0.1, 0.1, 0.1)  # type: ignore[misc]
+    connector.retry_budget_s = 1.5
+    connector.retry_delays = (0.1, 0.1, 0.1, 0.1, 0.1)
 
     started = time.monotonic()
     with pytest.raises(AgentError, match=r"no answer within 0\.\d s") as caught:

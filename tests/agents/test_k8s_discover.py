@@ -102,7 +102,7 @@ def test_cluster_without_gpus_discovers_no_hosts_and_no_error(kube_api: KubeApiS
 def test_large_lists_are_read_page_by_page(kube_api: KubeApiServer) -> None:
     load_cluster(kube_api)
     connector = connector_for(kube_api)
-    connector.list_page_size = 4  # type: ignore[misc]  # a ClassVar in agents, set on this instance only
+    connector.list_page_size = 4
 
     discovery = connector.discover()
 

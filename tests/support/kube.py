@@ -74,9 +74,8 @@ def connector_for(server: KubeApiServer | str, **config: Any) -> KubernetesConne
     connector = KubernetesConnector(
         "test-cluster", {"host": url, "request_timeout": 2, "namespace": "gpupool-jobs", **config}
     )
-    # The retry schedule is a class attribute; tests shrink it on the instance only (agents declares
-    # it a ClassVar, which forbids that).
-    connector.retry_delays = (0.05, 0.1, 0.2)  # type: ignore[misc]
+    # The retry schedule is a class attribute; tests shrink it on the instance only.
+    connector.retry_delays = (0.05, 0.1, 0.2)
     return connector
 
 
