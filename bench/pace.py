@@ -19,6 +19,8 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -101,7 +103,7 @@ class Pacer:
         loop = asyncio.get_running_loop()
         interval = 1.0 / (rate / 2 if mode == "lease" else rate)
         start = loop.time() + 0.05
-        tasks: list[asyncio.Task[None]] = []
+        tasks: list[asyncio.Task[object]] = []
         n = 0
         while True:
             due = start + n * interval
@@ -111,9 +113,9 @@ class Pacer:
             if delay > 0:
                 await asyncio.sleep(delay)
             token = self.tokens[n % len(self.tokens)]
-            coro = (self.round_trip(due, token, body) if mode == "lease"
-                    else self.call(due, "GET", path, token))
-            tasks.append(asyncio.ensure_future(coro))  # type: ignore[arg-type]
+            coro: Coroutine[Any, Any, object] = (self.round_trip(due, token, body) if mode == "lease"
+                                                 else self.call(due, "GET", path, token))
+            tasks.append(asyncio.ensure_future(coro))
             n += 1
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=seconds + 60)
         return loop.time() - start
