@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocation.policy.placement import Exclusions, Group
-from allocation.policy.state import LeaseState, PoolState
+from allocation.policy.state import PoolState, RunningLease
 from allocation.policy.types import RequestView
 
 Order = tuple[int, int]  # (tier, -priority): a request is behind a head when its order is >=.
@@ -89,7 +89,7 @@ def realize(pool: PoolState, res: Reservation, now: float) -> None:
                     best = (when, -have, host, group)
         else:
             have = pool.index.free_in(group) + pool.ending_in(group)
-            seen: dict[int, LeaseState] = {}
+            seen: dict[int, RunningLease] = {}
             for leases in pool.by_host.values():
                 for lease in leases:
                     seen.setdefault(id(lease), lease)

@@ -29,9 +29,9 @@ from allocation.policy import backfill, explain, preemption
 from allocation.policy.fairshare import team_share
 from allocation.policy.placement import Exclusions, Group, Placement, capacity_bound
 from allocation.policy.state import (
-    LeaseState,
     PassState,
     PoolState,
+    RunningLease,
     build_pass,
     definitive,
     queue_order,
@@ -231,7 +231,7 @@ class _PoolPass:
                 index.restrict_to_team(host, kid, req.team)
         end = None if req.expected_duration_s is None else self.now + req.expected_duration_s
         # Known to backfill (it will free its GPUs at `end`), never a victim in this pass.
-        fresh = LeaseState(req.lease_id, req.team, self.name, req.gpus, req.priority,
+        fresh = RunningLease(req.lease_id, req.team, self.name, req.gpus, req.priority,
                            granted_at=self.now, borrowed=borrowed, expected_end=end, blocks=blocks)
         self.pool.add_fresh(fresh)
         self.decisions.grants.append(Grant(req.lease_id, tuple(sorted(gpu_ids)), placement.host,

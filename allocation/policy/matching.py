@@ -118,7 +118,7 @@ class PoolLayout:
     groups: dict[Constraint, tuple[Any, ...]] = field(default_factory=dict)  # placement.Group
     mixed: dict[tuple[str, str, bool], tuple[str, ...]] | None = None
     free: Any = None  # freebase.FreeBase of the last pass over this pool
-    # The policy's view of each running lease (state.LeaseState), memoised by the identity of
+    # The policy's view of each running lease (state.RunningLease), memoised by the identity of
     # its frozen RunningView: a caller that keeps those from pass to pass pays once.
     leases: dict[int, tuple[Any, Any]] = field(default_factory=dict)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from allocation.policy import explain
 from allocation.policy.placement import Group, Placement, trim
 from allocation.policy.quota import QuotaBook
-from allocation.policy.state import LeaseState, PoolState
+from allocation.policy.state import PoolState, RunningLease
 from allocation.policy.types import Preemption, RequestView
 
 
@@ -36,11 +36,11 @@ from allocation.policy.types import Preemption, RequestView
 class Plan:
     group: Group
     host: str | None  # the host of a same-host plan; None for pool-wide plans
-    victims: list[LeaseState] = field(default_factory=list)
+    victims: list[RunningLease] = field(default_factory=list)
     cost: tuple[float, ...] = ()
 
 
-def victim_order(lease: LeaseState) -> tuple[int, int, float, str]:
+def victim_order(lease: RunningLease) -> tuple[int, int, float, str]:
     return (0 if lease.borrowed else 1, lease.priority, -lease.granted_at, lease.lease_id)
 
 
@@ -71,7 +71,7 @@ def possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequen
                for host, count in per_host.items() if count for g in groups)
 
 
-def _admissible(lease: LeaseState, req: RequestView, reclaim: bool, now: float,
+def _admissible(lease: RunningLease, req: RequestView, reclaim: bool, now: float,
                 stopped: set[str]) -> bool:
     if lease.ending or now - lease.granted_at < lease.min_runtime_s or lease.lease_id in stopped:
         return False
@@ -110,7 +110,7 @@ def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
         if count + index.free_on(host, group) >= req.gpus:
             return Plan(group, host, [], _cost([], count, req.gpus, host))
     have: dict[str, int] = {}
-    chosen: dict[str, list[LeaseState]] = defaultdict(list)
+    chosen: dict[str, list[RunningLease]] = defaultdict(list)
     taken: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     best: Plan | None = None
     best_class: tuple[bool, int] | None = None
@@ -155,13 +155,13 @@ def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
     return Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
 
 
-def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need: int,
-            contrib: Callable[[LeaseState], int]) -> list[LeaseState] | None:
+def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], need: int,
+            contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
     """Greedy in victim order until `need` GPUs, then drop the victims that are not needed
     (latest chosen first, so the preferred victims stay). [] when nothing is needed."""
     if need <= 0:
         return []
-    chosen: list[LeaseState] = []
+    chosen: list[RunningLease] = []
     taken: dict[str, int] = defaultdict(int)
     got = 0
     for lease in victims:
@@ -182,8 +182,8 @@ def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need:
     return _prune(chosen, need, contrib)
 
 
-def _prune(chosen: list[LeaseState], need: int,
-           contrib: Callable[[LeaseState], int]) -> list[LeaseState]:
+def _prune(chosen: list[RunningLease], need: int,
+           contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
     """Drop victims not needed to free `need` GPUs, latest chosen first (preferred ones stay)."""
     got = sum(contrib(v) for v in chosen)
     kept = list(chosen)
@@ -194,7 +194,7 @@ def _prune(chosen: list[LeaseState], need: int,
     return kept
 
 
-def _cost(victims: list[LeaseState], have: int, gpus: int, host: str) -> tuple[float, ...]:
+def _cost(victims: list[RunningLease], have: int, gpus: int, host: str) -> tuple[float, ...]:
     if not victims:
         return (float("-inf"), 0, 0, 0, -have, 0)
     return (max(v.priority for v in victims), sum(1 for v in victims if not v.borrowed),

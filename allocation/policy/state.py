@@ -18,7 +18,7 @@ from allocation.policy.types import RequestView, RunningView, Snapshot
 
 
 @dataclass(eq=False)
-class LeaseState:
+class RunningLease:
     """A running lease (or one granted earlier in this pass), as the policy sees it. Never
     changed once made (leases stopped in a pass are in `PoolState.stopped`), so the views of a
     snapshot's leases are memoised per layout across passes."""
@@ -42,7 +42,7 @@ class LeaseState:
         self.hosts = tuple(dict.fromkeys(h for h, _ in self.blocks))
 
     @classmethod
-    def of(cls, run: RunningView, blocks: dict[tuple[str, int], int]) -> LeaseState:
+    def of(cls, run: RunningView, blocks: dict[tuple[str, int], int]) -> RunningLease:
         return cls(run.lease_id, run.team, run.pool, len(run.gpu_ids), run.priority,
                    run.preemptible, run.granted_at, run.borrowed, run.min_runtime_s,
                    run.expected_end, run.ending, blocks)
@@ -82,16 +82,16 @@ class PoolState:
         self._mature: dict[str, int] | None = None
         self._victim_hosts: dict[tuple, dict[str, int]] = {}
         # Running leases in victim order, sorted once per pass on first need (preemption.py).
-        self.victim_order: list[LeaseState] | None = None
-        self.fresh: list[LeaseState] = []  # granted in this pass: never victims
+        self.victim_order: list[RunningLease] | None = None
+        self.fresh: list[RunningLease] = []  # granted in this pass: never victims
         self.stopped: set[str] = set()  # leases preempted in this pass
-        self._leases: list[LeaseState] | None = None
-        self._by_host: dict[str, list[LeaseState]] = defaultdict(list)
+        self._leases: list[RunningLease] | None = None
+        self._by_host: dict[str, list[RunningLease]] = defaultdict(list)
         # GPUs of ending leases no waiting request has claimed yet, by (host, kind id).
         self._ending_free: dict[tuple[str, int], int] = defaultdict(int)
 
-    def _build(self) -> list[LeaseState]:
-        leases: list[LeaseState] = []
+    def _build(self) -> list[RunningLease]:
+        leases: list[RunningLease] = []
         capacity = self.index.capacity
         memo = self.index.layout.leases
         by_host, ending_free = self._by_host, self._ending_free
@@ -105,7 +105,7 @@ class PoolState:
                     loc = self.where.get(gid)
                     if loc is not None and loc[0] == run.pool and loc[2] in capacity:
                         blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
-                lease = LeaseState.of(run, blocks)
+                lease = RunningLease.of(run, blocks)
                 if len(memo) > 200_000:
                     memo.clear()
                 memo[id(run)] = (run, lease)
@@ -122,12 +122,12 @@ class PoolState:
         return leases
 
     @property
-    def leases(self) -> list[LeaseState]:
+    def leases(self) -> list[RunningLease]:
         """Running leases of the snapshot (not those granted in this pass)."""
         return self._leases if self._leases is not None else self._build()
 
     @property
-    def by_host(self) -> dict[str, list[LeaseState]]:
+    def by_host(self) -> dict[str, list[RunningLease]]:
         """Running leases by host, including those granted in this pass."""
         if self._leases is None:
             self._build()
@@ -198,7 +198,7 @@ class PoolState:
         self._victim_hosts[key] = out
         return out
 
-    def add_fresh(self, lease: LeaseState) -> None:
+    def add_fresh(self, lease: RunningLease) -> None:
         self.fresh.append(lease)
         if self._leases is not None:
             for host in lease.hosts:
