@@ -84,10 +84,6 @@ class Host(models.Model):
             return HostState.CORDONED
         return HostState.READY
 
-    @property
-    def kind(self) -> str:
-        return self.source.kind
-
 
 class Gpu(models.Model):
     """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_derive_state) from
@@ -126,10 +122,6 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return self.uuid
-
-    @property
-    def parent_uuid(self) -> str:
-        return self.parent.uuid if self.parent_id else ""
 
 
 class GpuSample(models.Model):

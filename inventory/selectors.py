@@ -22,16 +22,6 @@ def pool_list() -> QuerySet[Pool]:
     ).order_by("name")
 
 
-def pool_per_model(pool_ids: Iterable[int]) -> dict[int, dict[str, dict[str, int]]]:
-    rows = (Gpu.objects.filter(pool_id__in=list(pool_ids), gone=False, slices__isnull=True)
-            .values("pool_id", "model")
-            .annotate(total=Count("pk"), free=Count("pk", filter=Q(state=GpuState.FREE))))
-    out: dict[int, dict[str, dict[str, int]]] = {}
-    for row in rows:
-        out.setdefault(row["pool_id"], {})[row["model"]] = {"total": row["total"], "free": row["free"]}
-    return out
-
-
 def host_list() -> QuerySet[Host]:
     return Host.objects.select_related("source").annotate(
         gpu_count=Count("gpus", filter=Q(gpus__gone=False))).order_by("source__name", "name")
