@@ -27,25 +27,27 @@ from dataclasses import replace
 
 from allocation.policy import backfill, explain, preemption
 from allocation.policy.fairshare import team_share
-from allocation.policy.placement import Exclusions, Group, Placement, capacity_bound
+from allocation.policy.gates import GateContext, admit
+from allocation.policy.outcome import PendingLog, grant
+from allocation.policy.placement import FitMemo, Group, Placement
 from allocation.policy.state import (
     PassState,
     PoolState,
     RunningLease,
     build_pass,
-    definitive,
+    pending_by_pool,
     queue_order,
 )
-from allocation.policy.types import Decisions, Grant, Pending, RequestView, Snapshot
+from allocation.policy.types import Decisions, RequestView, Snapshot
+
+Order = backfill.Order  # (tier, -priority)
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
     """Decide one pass. Every pending request ends up in exactly one of `grants` or `pending`;
     `preemptions` name running leases to stop (their requesters stay pending until a later pass
     finds the GPUs free). Deterministic for a given snapshot."""
-    by_pool: dict[str, list[RequestView]] = defaultdict(list)
-    for req in snapshot.pending:
-        by_pool[req.pool].append(req)
+    by_pool = pending_by_pool(snapshot)
     state = build_pass(snapshot, set(by_pool))
     decisions = Decisions()
     for pool_name in sorted(by_pool):
@@ -63,14 +65,14 @@ class _PoolPass:
         self.name = pool_name
         self.pool: PoolState | None = state.pool(pool_name)
         self.quota = state.quota
+        self.gates = GateContext.of(state, pool_name)
         self.decisions = decisions
-        self.position = 0
+        self.pending = PendingLog(decisions.pending)
         self.reservations: list[backfill.Reservation] = []
-        # Smallest size known not to fit, per shape, for the rest of the pass.
-        self.no_fit: dict[tuple, int] = {}
-        self.no_plan: dict[tuple, int] = {}
+        self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
+        self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
-        self.reasons: dict[tuple, str] = {}  # "no room" reasons for one state of the index
+        self.reasons: dict[tuple[object, ...], str] = {}  # "no room" per state of the index
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -108,7 +110,7 @@ class _PoolPass:
         heap = [self._key(queue[-1]) for queue in queues.values() if queue]
         heapq.heapify(heap)
         while heap:
-            *_, team = heapq.heappop(heap)
+            team = heapq.heappop(heap)[-1]
             queue = queues[team]
             req = queue.pop()
             if deferred is not None and self._tier(req) == 1:
@@ -118,66 +120,68 @@ class _PoolPass:
             if queue:
                 heapq.heappush(heap, self._key(queue[-1]))
 
-    def _key(self, req: RequestView) -> tuple:
+    def _key(self, req: RequestView) -> tuple[int, float, float, str, str]:
         return (-req.priority, self._share(req.team), req.created_at, req.lease_id, req.team)
 
     # --- one request ----------------------------------------------------------------------------
 
-    def _pending(self, req: RequestView, reason: str, *, start: float | None = None,
-                 unsatisfiable: bool = False) -> None:
-        self.position += 1
-        self.decisions.pending.append(Pending(req.lease_id, reason, self.position, start,
-                                              unsatisfiable))
-
     def _consider(self, req: RequestView, tier: int) -> None:
+        """Gates first (a refusal keeps it pending), then room: grant, wait or reserve."""
         pool = self.pool
-        if req.gpus <= 0:
-            self._pending(req, "asks for no GPUs", unsatisfiable=True)
-            return
         groups = pool.index.groups_for(req) if pool is not None else ()
-        if pool is None or not groups:
-            self._pending(req, explain.no_match(req, pool.index if pool else None),
-                          unsatisfiable=definitive(pool))
+        refusal = admit(req, groups, self.gates)
+        if refusal is not None:
+            self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
             return
-        if req.gpus > capacity_bound(groups, req.same_host):
-            self._pending(req, explain.too_big(req, groups), unsatisfiable=definitive(pool))
-            return
-        limit = self.quota.limit(req.team, self.name)
-        if limit is not None and req.gpus > limit:
-            self._pending(req, explain.over_limit(req, limit), unsatisfiable=True)
-            return
-        if not self.quota.fits_limit(req.team, self.name, req.gpus):
-            key = (req.team, self.name)
-            held = self.quota.held[key] + self.quota.promised[key]
-            self._pending(req, explain.at_limit(req, limit or 0, held))
-            return
-        order = (tier, -req.priority)
+        assert pool is not None  # a pool without GPUs matches nothing
+        self._place(pool, req, groups, (tier, -req.priority))
+
+    def _place(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
+               order: Order) -> None:
+        """Grant best-fit if it fits and does not delay a backfill head ahead of it; else wait."""
         ahead = backfill.heads_ahead(self.reservations, groups, order)
-        placement = self._find(req, groups, None)
+        placement = self.fits.find(pool.index, req, groups)
         if placement is not None and ahead:
-            exclude = backfill.exclusions(pool, ahead, req, groups, self.now)
-            if exclude is not None:
-                placement = self._find(req, groups, exclude)
-                if placement is None:
-                    head = next(r.req for r in ahead if r.kinds & set(exclude))
-                    self._pending(req, explain.behind(req, self.position, head.lease_id,
-                                                      head.gpus))
-                    return
+            placement = self._clear_of_heads(pool, req, groups, ahead, placement)
+            if placement is None:
+                return
         if placement is not None:
-            self._grant(req, placement)
-            return
-        if ahead and self._plan_possible(req, groups, order):
+            self._grant(pool, req, placement)
+        else:
+            self._wait(pool, req, groups, order, ahead)
+
+    def _clear_of_heads(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
+                        ahead: list[backfill.Reservation],
+                        placement: Placement) -> Placement | None:
+        """`placement`, or one clear of the GPUs the heads ahead wait for; None (and `req`
+        pending behind them) when there is none."""
+        exclude = backfill.exclusions(pool, ahead, req, groups, self.now)
+        if exclude is None:
+            return placement
+        moved = self.fits.find(pool.index, req, groups, exclude)
+        if moved is None:
+            head = next(r.req for r in ahead if r.kinds & set(exclude))
+            self.pending.add(req, explain.behind(req, self.pending.position, head.lease_id,
+                                                 head.gpus))
+        return moved
+
+    def _wait(self, pool: PoolState, req: RequestView, groups: Sequence[Group], order: Order,
+              ahead: list[backfill.Reservation]) -> None:
+        """No room now: behind a backfill head, or waiting for GPUs that ending leases or a
+        preemption free for it, or a backfill head itself."""
+        if ahead and self._plan_possible(pool, req, groups, order):
             # Until realized, a head claims every kind it could use: narrow it down before
             # deciding that this request is behind it and may not preempt.
             for res in ahead:
                 backfill.realize(pool, res, self.now)
             ahead = backfill.heads_ahead(ahead, groups, order)
-        if ahead or self._try_plan(req, groups, order):
-            if ahead:
-                self._pending(req, self._no_room(req, groups))
+        if ahead:
+            self.pending.add(req, self._no_room(pool, req, groups))
+            return
+        if self._try_plan(pool, req, groups, order):
             return
         self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
-        self._pending(req, self._no_room(req, groups))
+        self.pending.add(req, self._no_room(pool, req, groups))
 
     def finish(self) -> None:
         """Fill in the heads' estimated starts (when the snapshot asks for them)."""
@@ -188,76 +192,53 @@ class _PoolPass:
             item = self.decisions.pending[res.pending_index]
             self.decisions.pending[res.pending_index] = replace(item, estimated_start=res.start)
 
-    def _no_room(self, req: RequestView, groups: Sequence[Group]) -> str:
-        assert self.pool is not None
+    def _no_room(self, pool: PoolState, req: RequestView, groups: Sequence[Group]) -> str:
         # Group tuples are cached per constraint for the whole pass: their identity is a key.
-        key = (req.gpus, req.same_host, req.model, id(groups), self.pool.index.version)
+        key = (req.gpus, req.same_host, req.model, id(groups), pool.index.version)
         reason = self.reasons.get(key)
         if reason is None:
             if len(self.reasons) > 4096:
                 self.reasons.clear()
-            reason = self.reasons[key] = explain.no_room(req, self.pool.index, groups)
+            reason = self.reasons[key] = explain.no_room(req, pool.index, groups)
         return reason
 
-    def _shape(self, req: RequestView, groups: Sequence[Group], extra: object = None) -> tuple:
-        """What decides whether a request fits: its eligible groups (cached per constraints and,
-        where kinds depend on the team, per team, so their identity stands for both) and
-        same_host."""
-        return (id(groups), req.same_host, extra)
-
-    def _find(self, req: RequestView, groups: Sequence[Group],
-              exclude: Exclusions | None) -> Placement | None:
-        ekey = None if exclude is None else tuple(sorted(
-            (k, None if v is None else tuple(sorted(v))) for k, v in exclude.items()))
-        shape = self._shape(req, groups, ekey)
-        if req.gpus >= self.no_fit.get(shape, 1 << 30):
-            return None
-        assert self.pool is not None
-        placement = self.pool.index.find(groups, req.gpus, req.same_host, exclude)
-        if placement is None:
-            self.no_fit[shape] = min(req.gpus, self.no_fit.get(shape, 1 << 30))
-        return placement
-
-    def _grant(self, req: RequestView, placement: Placement) -> None:
-        assert self.pool is not None
-        index = self.pool.index
-        gpu_ids = index.take(placement)
-        borrowed = self.quota.grant(req.team, self.name, req.gpus)
+    def _grant(self, pool: PoolState, req: RequestView, placement: Placement) -> None:
+        decision = grant(pool, self.quota, req, placement)
         self.shares.pop(req.team, None)
         blocks: dict[tuple[str, int], int] = {}
         for host, kid, count in placement.blocks:
             blocks[(host, kid)] = blocks.get((host, kid), 0) + count
-            if index.kinds[kid].time_sliced:
-                index.restrict_to_team(host, kid, req.team)
         end = None if req.expected_duration_s is None else self.now + req.expected_duration_s
         # Known to backfill (it will free its GPUs at `end`), never a victim in this pass.
-        fresh = RunningLease(req.lease_id, req.team, self.name, req.gpus, req.priority,
-                           granted_at=self.now, borrowed=borrowed, expected_end=end, blocks=blocks)
-        self.pool.add_fresh(fresh)
-        self.decisions.grants.append(Grant(req.lease_id, tuple(sorted(gpu_ids)), placement.host,
-                                           borrowed))
+        pool.add_fresh(RunningLease(req.lease_id, req.team, self.name, req.gpus, req.priority,
+                                    granted_at=self.now, borrowed=decision.borrowed,
+                                    expected_end=end, blocks=blocks))
+        self.decisions.grants.append(decision)
 
-    def _plan_possible(self, req: RequestView, groups: Sequence[Group],
-                       order: tuple[int, int]) -> bool:
-        assert self.pool is not None
+    def _plan_shape(self, req: RequestView, groups: Sequence[Group],
+                    reclaim: bool) -> tuple[object, ...]:
+        """What decides whether a plan exists: the fit shape, the requester's team and priority
+        (whose leases it may take) and the phase (reclaim or not)."""
+        return (id(groups), req.same_host, (req.team, req.priority, reclaim))
+
+    def _plan_possible(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
+                       order: Order) -> bool:
         reclaim = order[0] == 0
-        shape = self._shape(req, groups, (req.team, req.priority, reclaim))
-        return req.gpus < self.no_plan.get(shape, 1 << 30) and preemption.possible(
-            self.pool, self.quota, req, groups, reclaim)
+        return (not self.plans.hopeless(self._plan_shape(req, groups, reclaim), req.gpus)
+                and preemption.possible(pool, self.quota, req, groups, reclaim))
 
-    def _try_plan(self, req: RequestView, groups: Sequence[Group], order: tuple[int, int]) -> bool:
+    def _try_plan(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
+                  order: Order) -> bool:
         """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority."""
-        assert self.pool is not None
         reclaim = order[0] == 0
-        if not self._plan_possible(req, groups, order):
+        if not self._plan_possible(pool, req, groups, order):
             return False
-        shape = self._shape(req, groups, (req.team, req.priority, reclaim))
-        chosen = preemption.plan(self.pool, self.quota, req, groups, self.now, reclaim)
+        chosen = preemption.plan(pool, self.quota, req, groups, self.now, reclaim)
         if chosen is None:
-            self.no_plan[shape] = min(req.gpus, self.no_plan.get(shape, 1 << 30))
+            self.plans.failed(self._plan_shape(req, groups, reclaim), groups, req.gpus)
             return False
-        stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, reclaim)
+        stops, _, reason = preemption.commit(pool, self.quota, req, chosen, reclaim)
         self.shares.clear()  # the requester's and the victims' allocations changed
         self.decisions.preemptions.extend(stops)
-        self._pending(req, reason)
+        self.pending.add(req, reason)
         return True

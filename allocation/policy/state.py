@@ -240,6 +240,14 @@ class PassState:
         return self.pools.get(name)
 
 
+def pending_by_pool(snapshot: Snapshot) -> dict[str, list[RequestView]]:
+    """The snapshot's pending requests by pool, in snapshot order."""
+    by_pool: dict[str, list[RequestView]] = defaultdict(list)
+    for req in snapshot.pending:
+        by_pool[req.pool].append(req)
+    return by_pool
+
+
 def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
     """Index the snapshot: the quota book (every pool) and, for pools with pending requests,
     the free GPUs and the running leases."""
