@@ -28,7 +28,7 @@ from dataclasses import replace
 from allocation.policy import backfill, explain, preemption
 from allocation.policy.fairshare import team_share
 from allocation.policy.gates import GateContext, admit
-from allocation.policy.outcome import PendingLog, grant
+from allocation.policy.outcome import NoRoomReasons, PendingLog, grant
 from allocation.policy.placement import FitMemo, Group, Placement
 from allocation.policy.state import (
     PassState,
@@ -72,7 +72,7 @@ class _PoolPass:
         self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
-        self.reasons: dict[tuple[object, ...], str] = {}  # "no room" per state of the index
+        self.no_room = NoRoomReasons()
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -176,12 +176,12 @@ class _PoolPass:
                 backfill.realize(pool, res, self.now)
             ahead = backfill.heads_ahead(ahead, groups, order)
         if ahead:
-            self.pending.add(req, self._no_room(pool, req, groups))
+            self.pending.add(req, self.no_room.reason(pool, req, groups))
             return
         if self._try_plan(pool, req, groups, order):
             return
         self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
-        self.pending.add(req, self._no_room(pool, req, groups))
+        self.pending.add(req, self.no_room.reason(pool, req, groups))
 
     def finish(self) -> None:
         """Fill in the heads' estimated starts (when the snapshot asks for them)."""
@@ -191,16 +191,6 @@ class _PoolPass:
             backfill.realize(self.pool, res, self.now)
             item = self.decisions.pending[res.pending_index]
             self.decisions.pending[res.pending_index] = replace(item, estimated_start=res.start)
-
-    def _no_room(self, pool: PoolState, req: RequestView, groups: Sequence[Group]) -> str:
-        # Group tuples are cached per constraint for the whole pass: their identity is a key.
-        key = (req.gpus, req.same_host, req.model, id(groups), pool.index.version)
-        reason = self.reasons.get(key)
-        if reason is None:
-            if len(self.reasons) > 4096:
-                self.reasons.clear()
-            reason = self.reasons[key] = explain.no_room(req, pool.index, groups)
-        return reason
 
     def _grant(self, pool: PoolState, req: RequestView, placement: Placement) -> None:
         decision = grant(pool, self.quota, req, placement)

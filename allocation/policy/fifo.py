@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocation.policy import explain
 from allocation.policy.gates import GateContext, admit
-from allocation.policy.outcome import PendingLog, grant
+from allocation.policy.outcome import NoRoomReasons, PendingLog, grant
 from allocation.policy.placement import FitMemo
 from allocation.policy.state import PassState, build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
@@ -35,6 +34,7 @@ class _FifoPool:
         self.decisions = decisions
         self.pending = PendingLog(decisions.pending)
         self.fits = FitMemo()
+        self.no_room = NoRoomReasons()
 
     def run(self, requests: Sequence[RequestView]) -> None:
         for req in sorted(requests, key=queue_order):
@@ -50,6 +50,6 @@ class _FifoPool:
         assert pool is not None  # a pool without GPUs matches nothing
         placement = self.fits.find(pool.index, req, groups)
         if placement is None:
-            self.pending.add(req, explain.no_room(req, pool.index, groups))
+            self.pending.add(req, self.no_room.reason(pool, req, groups))
             return
         self.decisions.grants.append(grant(pool, self.quota, req, placement))

@@ -337,10 +337,14 @@ def _exclusion_key(exclude: Exclusions) -> tuple[tuple[int, tuple[str, ...] | No
 
 
 def capacity_bound(groups: Sequence[Group], same_host: bool) -> int:
-    """The most GPUs the groups could ever give one lease (on one host when `same_host`)."""
-    if same_host:
-        return max(g.capacity_block for g in groups)
-    return max(g.capacity_total for g in groups)
+    """The most GPUs the groups could ever give one lease (on one host when `same_host`); 0 for
+    no groups. A plain loop: it runs for every pending request of a pass."""
+    bound = 0
+    for group in groups:
+        size = group.capacity_block if same_host else group.capacity_total
+        if size > bound:
+            bound = size
+    return bound
 
 
 def _first_not_in(hosts: dict[str, None], banned: frozenset[str]) -> str | None:
