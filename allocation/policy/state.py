@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from allocation.policy.freebase import FreeBase
-from allocation.policy.matching import Kind, PoolLayout, layout_of
+from allocation.policy.matching import Kind, Layout, PoolLayout, layout_of
 from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
 from allocation.policy.running import RunningTotals
@@ -80,7 +80,7 @@ class PoolState:
         self.has_ending = self.ending_gpus > 0
         self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
         self._mature: dict[str, int] | None = None
-        self._victim_hosts: dict[tuple, dict[str, int]] = {}
+        self._victim_hosts: dict[tuple[int, frozenset[str]], dict[str, int]] = {}
         # Running leases in victim order, sorted once per pass on first need (preemption.py).
         self.victim_order: list[RunningLease] | None = None
         self.fresh: list[RunningLease] = []  # granted in this pass: never victims
@@ -92,23 +92,9 @@ class PoolState:
 
     def _build(self) -> list[RunningLease]:
         leases: list[RunningLease] = []
-        capacity = self.index.capacity
-        memo = self.index.layout.leases
         by_host, ending_free = self._by_host, self._ending_free
         for run in self.runs:
-            hit = memo.get(id(run))
-            if hit is not None and hit[0] is run:
-                lease = hit[1]
-            else:
-                blocks: dict[tuple[str, int], int] = {}
-                for gid in run.gpu_ids:
-                    loc = self.where.get(gid)
-                    if loc is not None and loc[0] == run.pool and loc[2] in capacity:
-                        blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
-                lease = RunningLease.of(run, blocks)
-                if len(memo) > 200_000:
-                    memo.clear()
-                memo[id(run)] = (run, lease)
+            lease = self._view(run)
             leases.append(lease)
             for host in lease.hosts:
                 by_host[host].append(lease)
@@ -120,6 +106,25 @@ class PoolState:
                 by_host[host].append(lease)
         self._leases = leases
         return leases
+
+    def _view(self, run: RunningView) -> RunningLease:
+        """The policy's view of a running lease: its schedulable GPUs of this pool by host and
+        kind. Memoised per layout by the identity of the (frozen) RunningView."""
+        memo = self.index.layout.leases
+        hit = memo.get(id(run))
+        if hit is not None and hit[0] is run:
+            return hit[1]
+        capacity = self.index.capacity
+        blocks: dict[tuple[str, int], int] = {}
+        for gid in run.gpu_ids:
+            loc = self.where.get(gid)
+            if loc is not None and loc[0] == run.pool and loc[2] in capacity:
+                blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
+        lease = RunningLease.of(run, blocks)
+        if len(memo) > 200_000:
+            memo.clear()
+        memo[id(run)] = (run, lease)
+        return lease
 
     @property
     def leases(self) -> list[RunningLease]:
@@ -254,43 +259,54 @@ def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
     layout = layout_of(snapshot.gpus)
     kinds = list(layout.kinds)
     quota = QuotaBook(snapshot.quotas)
-    running = snapshot.running
     # The memoised totals and free-GPU base are shared by every pass over this GPU tuple:
     # one pass at a time brings them up to date and copies what it will change.
     with layout.lock:
-        totals = layout.running
-        counted = totals.update(running)
-        if counted:
-            held = totals.held
-            quota.held.update(totals.per_key)
-            quota.leaving.update(totals.leaving)
-        else:  # a lease id twice: count plainly
-            held = set()
-            for run in running:
-                held.update(run.gpu_ids)
-                quota.held[(run.team, run.pool)] += len(run.gpu_ids)
-                if run.ending:
-                    quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
+        counted = layout.running.update(snapshot.running)
+        held = _count_running(quota, layout.running if counted else None, snapshot.running)
         pools: dict[str, PoolState] = {}
         for name in sorted(pools_needed):
-            pool_layout = layout.pools.get(name)
-            if pool_layout is None:
-                continue
-            if totals.per_pool.get(name, 0) == len(running):
-                runs = list(running)
-            else:
-                runs = [run for run in running if run.pool == name]
-            pool = pools[name] = PoolState(name, FreeIndex(pool_layout, kinds, _free_base(
-                pool_layout, held, layout.where, totals, counted and not layout.time_sliced)), runs,
-                layout.where, snapshot.now, totals if counted else None)
-            if layout.time_sliced:
-                # A team holding time-sliced replicas on a host keeps the host's free replicas to
-                # itself.
-                for lease in pool.leases:
-                    for host, kid in lease.blocks:
-                        if kinds[kid].time_sliced:
-                            pool.index.restrict_to_team(host, kid, lease.team)
+            if name in layout.pools:
+                pools[name] = _pool_state(snapshot, layout, kinds, name, held, counted)
     return PassState(snapshot, kinds, quota, pools)
+
+
+def _count_running(quota: QuotaBook, totals: RunningTotals | None,
+                   running: tuple[RunningView, ...]) -> set[int]:
+    """Count the running leases in the quota book (held and leaving); returns the GPUs they
+    hold. From the memoised totals when they describe `running`, else plainly (None: a lease
+    id twice)."""
+    if totals is not None:
+        quota.held.update(totals.per_key)
+        quota.leaving.update(totals.leaving)
+        return totals.held
+    held: set[int] = set()
+    for run in running:
+        held.update(run.gpu_ids)
+        quota.held[(run.team, run.pool)] += len(run.gpu_ids)
+        if run.ending:
+            quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
+    return held
+
+
+def _pool_state(snapshot: Snapshot, layout: Layout, kinds: list[Kind], name: str, held: set[int],
+                counted: bool) -> PoolState:
+    """One pool's state for the pass: its free GPUs and its running leases."""
+    pool_layout, running, totals = layout.pools[name], snapshot.running, layout.running
+    if totals.per_pool.get(name, 0) == len(running):
+        runs = list(running)
+    else:
+        runs = [run for run in running if run.pool == name]
+    base = _free_base(pool_layout, held, layout.where, totals, counted and not layout.time_sliced)
+    pool = PoolState(name, FreeIndex(pool_layout, kinds, base), runs, layout.where, snapshot.now,
+                     totals if counted else None)
+    if layout.time_sliced:
+        # A team holding time-sliced replicas on a host keeps the host's free replicas to itself.
+        for lease in pool.leases:
+            for host, kid in lease.blocks:
+                if kinds[kid].time_sliced:
+                    pool.index.restrict_to_team(host, kid, lease.team)
+    return pool
 
 
 def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, str, int]],
