@@ -27,17 +27,9 @@ from dataclasses import replace
 
 from allocation.policy import backfill, explain, preemption
 from allocation.policy.fairshare import team_share
-from allocation.policy.gates import GateContext, admit
-from allocation.policy.outcome import NoRoomReasons, PendingLog, grant
 from allocation.policy.placement import FitMemo, Group, Placement
-from allocation.policy.state import (
-    PassState,
-    PoolState,
-    RunningLease,
-    build_pass,
-    pending_by_pool,
-    queue_order,
-)
+from allocation.policy.poolpass import PoolPass
+from allocation.policy.state import PassState, RunningLease, build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
 
 Order = backfill.Order  # (tier, -priority)
@@ -51,28 +43,20 @@ def schedule(snapshot: Snapshot) -> Decisions:
     state = build_pass(snapshot, set(by_pool))
     decisions = Decisions()
     for pool_name in sorted(by_pool):
-        pool_pass = _PoolPass(state, pool_name, decisions)
+        pool_pass = _FairPass(state, pool_name, decisions)
         pool_pass.run(by_pool[pool_name])
         pool_pass.finish()
     return decisions
 
 
-class _PoolPass:
-    def __init__(self, state: PassState, pool_name: str, decisions: Decisions) -> None:
-        self.state = state
+class _FairPass(PoolPass):
+    def __init__(self, state: PassState, name: str, decisions: Decisions) -> None:
+        super().__init__(state, name, decisions)
         self.snapshot = state.snapshot
         self.now = state.snapshot.now
-        self.name = pool_name
-        self.pool: PoolState | None = state.pool(pool_name)
-        self.quota = state.quota
-        self.gates = GateContext.of(state, pool_name)
-        self.decisions = decisions
-        self.pending = PendingLog(decisions.pending)
         self.reservations: list[backfill.Reservation] = []
-        self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
-        self.no_room = NoRoomReasons()
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -116,94 +100,84 @@ class _PoolPass:
             if deferred is not None and self._tier(req) == 1:
                 deferred[team].append(req)
             else:
-                self._consider(req, tier)
+                groups = self.admitted(req)
+                if groups is not None:
+                    self._place(req, groups, (tier, -req.priority))
             if queue:
                 heapq.heappush(heap, self._key(queue[-1]))
 
     def _key(self, req: RequestView) -> tuple[int, float, float, str, str]:
         return (-req.priority, self._share(req.team), req.created_at, req.lease_id, req.team)
 
-    # --- one request ----------------------------------------------------------------------------
+    # --- one request that passed the gates --------------------------------------------------------
 
-    def _consider(self, req: RequestView, tier: int) -> None:
-        """Gates first (a refusal keeps it pending), then room: grant, wait or reserve."""
-        pool = self.pool
-        groups = pool.index.groups_for(req) if pool is not None else ()
-        refusal = admit(req, groups, self.gates)
-        if refusal is not None:
-            self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
-            return
-        assert pool is not None  # a pool without GPUs matches nothing
-        self._place(pool, req, groups, (tier, -req.priority))
-
-    def _place(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
-               order: Order) -> None:
+    def _place(self, req: RequestView, groups: Sequence[Group], order: Order) -> None:
         """Grant best-fit if it fits and does not delay a backfill head ahead of it; else wait."""
         ahead = backfill.heads_ahead(self.reservations, groups, order)
-        placement = self.fits.find(pool.index, req, groups)
+        placement = self.fits.find(self.pool.index, req, groups)
         if placement is not None and ahead:
-            placement = self._clear_of_heads(pool, req, groups, ahead, placement)
+            placement = self._clear_of_heads(req, groups, ahead, placement)
             if placement is None:
                 return
         if placement is not None:
-            self._grant(pool, req, placement)
+            self._grant(req, placement)
         else:
-            self._wait(pool, req, groups, order, ahead)
+            self._wait(req, groups, order, ahead)
 
-    def _clear_of_heads(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
+    def _clear_of_heads(self, req: RequestView, groups: Sequence[Group],
                         ahead: list[backfill.Reservation],
                         placement: Placement) -> Placement | None:
         """`placement`, or one clear of the GPUs the heads ahead wait for; None (and `req`
         pending behind them) when there is none."""
-        exclude = backfill.exclusions(pool, ahead, req, groups, self.now)
+        exclude = backfill.exclusions(self.pool, ahead, req, groups, self.now)
         if exclude is None:
             return placement
-        moved = self.fits.find(pool.index, req, groups, exclude)
+        moved = self.fits.find(self.pool.index, req, groups, exclude)
         if moved is None:
             head = next(r.req for r in ahead if r.kinds & set(exclude))
             self.pending.add(req, explain.behind(req, self.pending.position, head.lease_id,
                                                  head.gpus))
         return moved
 
-    def _wait(self, pool: PoolState, req: RequestView, groups: Sequence[Group], order: Order,
+    def _wait(self, req: RequestView, groups: Sequence[Group], order: Order,
               ahead: list[backfill.Reservation]) -> None:
         """No room now: behind a backfill head, or waiting for GPUs that ending leases or a
         preemption free for it, or a backfill head itself."""
-        if ahead and self._plan_possible(pool, req, groups, order):
+        if ahead and self._plan_possible(req, groups, order):
             # Until realized, a head claims every kind it could use: narrow it down before
             # deciding that this request is behind it and may not preempt.
             for res in ahead:
-                backfill.realize(pool, res, self.now)
+                backfill.realize(self.pool, res, self.now)
             ahead = backfill.heads_ahead(ahead, groups, order)
         if ahead:
-            self.pending.add(req, self.no_room.reason(pool, req, groups))
+            self.pending.add(req, self.no_room.reason(self.pool, req, groups))
             return
-        if self._try_plan(pool, req, groups, order):
+        if self._try_plan(req, groups, order):
             return
         self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
-        self.pending.add(req, self.no_room.reason(pool, req, groups))
+        self.pending.add(req, self.no_room.reason(self.pool, req, groups))
 
     def finish(self) -> None:
         """Fill in the heads' estimated starts (when the snapshot asks for them)."""
-        if not self.snapshot.estimate_starts or self.pool is None:
+        if not self.snapshot.estimate_starts:
             return
         for res in self.reservations:
             backfill.realize(self.pool, res, self.now)
             item = self.decisions.pending[res.pending_index]
             self.decisions.pending[res.pending_index] = replace(item, estimated_start=res.start)
 
-    def _grant(self, pool: PoolState, req: RequestView, placement: Placement) -> None:
-        decision = grant(pool, self.quota, req, placement)
+    def _grant(self, req: RequestView, placement: Placement) -> None:
+        decision = self.grant(req, placement)
         self.shares.pop(req.team, None)
         blocks: dict[tuple[str, int], int] = {}
         for host, kid, count in placement.blocks:
             blocks[(host, kid)] = blocks.get((host, kid), 0) + count
         end = None if req.expected_duration_s is None else self.now + req.expected_duration_s
         # Known to backfill (it will free its GPUs at `end`), never a victim in this pass.
-        pool.add_fresh(RunningLease(req.lease_id, req.team, self.name, req.gpus, req.priority,
-                                    granted_at=self.now, borrowed=decision.borrowed,
-                                    expected_end=end, blocks=blocks))
-        self.decisions.grants.append(decision)
+        self.pool.add_fresh(RunningLease(req.lease_id, req.team, self.name, req.gpus,
+                                         req.priority, granted_at=self.now,
+                                         borrowed=decision.borrowed, expected_end=end,
+                                         blocks=blocks))
 
     def _plan_shape(self, req: RequestView, groups: Sequence[Group],
                     reclaim: bool) -> tuple[object, ...]:
@@ -211,23 +185,21 @@ class _PoolPass:
         (whose leases it may take) and the phase (reclaim or not)."""
         return (id(groups), req.same_host, (req.team, req.priority, reclaim))
 
-    def _plan_possible(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
-                       order: Order) -> bool:
+    def _plan_possible(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         reclaim = order[0] == 0
         return (not self.plans.hopeless(self._plan_shape(req, groups, reclaim), req.gpus)
-                and preemption.possible(pool, self.quota, req, groups, reclaim))
+                and preemption.possible(self.pool, self.quota, req, groups, reclaim))
 
-    def _try_plan(self, pool: PoolState, req: RequestView, groups: Sequence[Group],
-                  order: Order) -> bool:
+    def _try_plan(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority."""
         reclaim = order[0] == 0
-        if not self._plan_possible(pool, req, groups, order):
+        if not self._plan_possible(req, groups, order):
             return False
-        chosen = preemption.plan(pool, self.quota, req, groups, self.now, reclaim)
+        chosen = preemption.plan(self.pool, self.quota, req, groups, self.now, reclaim)
         if chosen is None:
             self.plans.failed(self._plan_shape(req, groups, reclaim), groups, req.gpus)
             return False
-        stops, _, reason = preemption.commit(pool, self.quota, req, chosen, reclaim)
+        stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, reclaim)
         self.shares.clear()  # the requester's and the victims' allocations changed
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, reason)

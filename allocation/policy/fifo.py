@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocation.policy.gates import GateContext, admit
-from allocation.policy.outcome import NoRoomReasons, PendingLog, grant
-from allocation.policy.placement import FitMemo
-from allocation.policy.state import PassState, build_pass, pending_by_pool, queue_order
+from allocation.policy.placement import Group
+from allocation.policy.poolpass import PoolPass
+from allocation.policy.state import build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
 
 
@@ -22,34 +21,20 @@ def schedule(snapshot: Snapshot) -> Decisions:
     state = build_pass(snapshot, set(by_pool))
     decisions = Decisions()
     for name in sorted(by_pool):
-        _FifoPool(state, name, decisions).run(by_pool[name])
+        _FifoPass(state, name, decisions).run(by_pool[name])
     return decisions
 
 
-class _FifoPool:
-    def __init__(self, state: PassState, name: str, decisions: Decisions) -> None:
-        self.pool = state.pool(name)
-        self.quota = state.quota
-        self.gates = GateContext.of(state, name)
-        self.decisions = decisions
-        self.pending = PendingLog(decisions.pending)
-        self.fits = FitMemo()
-        self.no_room = NoRoomReasons()
-
+class _FifoPass(PoolPass):
     def run(self, requests: Sequence[RequestView]) -> None:
         for req in sorted(requests, key=queue_order):
-            self._consider(req)
+            groups = self.admitted(req)
+            if groups is not None:
+                self._place(req, groups)
 
-    def _consider(self, req: RequestView) -> None:
-        pool = self.pool
-        groups = pool.index.groups_for(req) if pool is not None else ()
-        refusal = admit(req, groups, self.gates)
-        if refusal is not None:
-            self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
-            return
-        assert pool is not None  # a pool without GPUs matches nothing
-        placement = self.fits.find(pool.index, req, groups)
+    def _place(self, req: RequestView, groups: Sequence[Group]) -> None:
+        placement = self.fits.find(self.pool.index, req, groups)
         if placement is None:
-            self.pending.add(req, self.no_room.reason(pool, req, groups))
-            return
-        self.decisions.grants.append(grant(pool, self.quota, req, placement))
+            self.pending.add(req, self.no_room.reason(self.pool, req, groups))
+        else:
+            self.grant(req, placement)

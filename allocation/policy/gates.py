@@ -48,7 +48,7 @@ class GateContext:
     """What the gates read, computed once per pool and pass (never per request)."""
 
     pool: str
-    index: FreeIndex | None  # None: the pool has no GPU at all
+    index: FreeIndex
     quota: QuotaBook  # changes during the pass (grants, promises): read it, never copy it
     # "No GPU could ever match" is final: no GPU of the pool is out of service and might return.
     definitive: bool
@@ -58,8 +58,8 @@ class GateContext:
     @classmethod
     def of(cls, state: PassState, pool: str) -> GateContext:
         pool_state = state.pool(pool)
-        return cls(pool, pool_state.index if pool_state is not None else None, state.quota,
-                   definitive(pool_state), state.quota.limits_in(pool), GATES)
+        return cls(pool, pool_state.index, state.quota, definitive(pool_state),
+                   state.quota.limits_in(pool), GATES)
 
 
 def asks_for_gpus(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:

@@ -239,10 +239,10 @@ class PassState:
     snapshot: Snapshot
     kinds: list[Kind]
     quota: QuotaBook
-    pools: dict[str, PoolState]
+    pools: dict[str, PoolState]  # every pool with pending requests, those without GPUs too
 
-    def pool(self, name: str) -> PoolState | None:
-        return self.pools.get(name)
+    def pool(self, name: str) -> PoolState:
+        return self.pools[name]
 
 
 def pending_by_pool(snapshot: Snapshot) -> dict[str, list[RequestView]]:
@@ -254,8 +254,8 @@ def pending_by_pool(snapshot: Snapshot) -> dict[str, list[RequestView]]:
 
 
 def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
-    """Index the snapshot: the quota book (every pool) and, for pools with pending requests,
-    the free GPUs and the running leases."""
+    """Index the snapshot: the quota book (every pool) and, for each of `pools_needed` (the
+    pools with pending requests), the free GPUs and the running leases."""
     layout = layout_of(snapshot.gpus)
     kinds = list(layout.kinds)
     quota = QuotaBook(snapshot.quotas)
@@ -268,6 +268,8 @@ def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
         for name in sorted(pools_needed):
             if name in layout.pools:
                 pools[name] = _pool_state(snapshot, layout, kinds, name, held, counted)
+            else:  # not a GPU in it: the gates refuse its requests
+                pools[name] = _no_gpus(name, kinds, snapshot.now)
     return PassState(snapshot, kinds, quota, pools)
 
 
@@ -309,6 +311,11 @@ def _pool_state(snapshot: Snapshot, layout: Layout, kinds: list[Kind], name: str
     return pool
 
 
+def _no_gpus(name: str, kinds: list[Kind], now: float) -> PoolState:
+    empty = PoolLayout(name)
+    return PoolState(name, FreeIndex(empty, kinds, FreeBase(empty, set())), [], {}, now, None)
+
+
 def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, str, int]],
                totals: RunningTotals, reuse: bool) -> FreeBase:
     """The pool's free GPUs before the pass: the previous pass's, patched by the GPUs that
@@ -324,10 +331,10 @@ def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, s
     return base
 
 
-def definitive(pool: PoolState | None) -> bool:
+def definitive(pool: PoolState) -> bool:
     """Whether "nothing could ever satisfy it" is final: not while some GPUs of the pool are out
     of service (cordoned, offline, unhealthy) and might come back."""
-    return pool is None or pool.index.layout.unschedulable == 0
+    return pool.index.layout.unschedulable == 0
 
 
 def queue_order(req: RequestView) -> tuple[int, float, str]:

@@ -23,8 +23,7 @@ POLICIES = pytest.mark.parametrize("policy", [fair, fifo], ids=["fair", "fifo"])
 def _refusal(snapshot: Snapshot, request: RequestView) -> Refusal | None:
     """What the gates say of `request` at the start of a pass over `snapshot`."""
     state = build_pass(snapshot, {request.pool})
-    pool = state.pool(request.pool)
-    groups = pool.index.groups_for(request) if pool is not None else ()
+    groups = state.pool(request.pool).index.groups_for(request)
     return admit(request, groups, GateContext.of(state, request.pool))
 
 
