@@ -65,10 +65,7 @@ def possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequen
     if not req.same_host or ending:
         return True
     # Same host: some host must hold enough free GPUs and GPUs of possible victims.
-    per_host = pool.victim_gpus_by_host(req.priority, frozenset(lenders))
-    index = pool.index
-    return any(count + index.free_on(host, g) >= req.gpus
-               for host, count in per_host.items() if count for g in groups)
+    return pool.victim_room(req.priority, frozenset(lenders), groups) >= req.gpus
 
 
 def _admissible(lease: RunningLease, req: RequestView, reclaim: bool, now: float,
@@ -152,7 +149,9 @@ class _HostTally:
         """Count `lease` on each host where it holds GPUs of the group (in the order of its
         GPUs, so ties break the same way in every process); the cheapest plan it completes."""
         best: Plan | None = None
-        for host in dict.fromkeys(h for h, kid in lease.blocks if kid in self.group.kinds):
+        for host in lease.hosts:
+            if not lease.on(host, self.group):
+                continue  # none of the group's GPUs there
             found = self._add_on(host, lease)
             if found is not None and (best is None or found.cost < best.cost):
                 best = found

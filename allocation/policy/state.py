@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -81,6 +82,7 @@ class PoolState:
         self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
         self._mature: dict[str, int] | None = None
         self._victim_hosts: dict[tuple[int, frozenset[str]], dict[str, int]] = {}
+        self._victim_room: dict[tuple[int, frozenset[str], int, int], int] = {}
         # Running leases in victim order, sorted once per pass on first need (preemption.py).
         self.victim_order: list[RunningLease] | None = None
         self.fresh: list[RunningLease] = []  # granted in this pass: never victims
@@ -202,6 +204,25 @@ class PoolState:
                         out[loc[1]] += 1
         self._victim_hosts[key] = out
         return out
+
+    def victim_room(self, priority: int, reclaim_from: frozenset[str],
+                    groups: Sequence[Group]) -> int:
+        """The most GPUs of one group one host could give a same-host request of `priority`:
+        its free GPUs and those of its possible victims (an upper bound, as in
+        `victim_gpus_by_host`). Remembered while the free index stands: the requests waiting
+        behind a full pool ask it again and again."""
+        # A groups tuple is cached per constraint while the index version stands.
+        key = (priority, reclaim_from, id(groups), self.index.version)
+        room = self._victim_room.get(key)
+        if room is None:
+            if len(self._victim_room) > 4096:
+                self._victim_room.clear()
+            index = self.index
+            room = self._victim_room[key] = max(
+                (count + index.free_on(host, group)
+                 for host, count in self.victim_gpus_by_host(priority, reclaim_from).items()
+                 if count for group in groups), default=0)
+        return room
 
     def add_fresh(self, lease: RunningLease) -> None:
         self.fresh.append(lease)
