@@ -15,6 +15,8 @@ from allocation.policy.types import RequestView
 
 _MAX_NAMES = 3
 
+NO_GPUS = "asks for no GPUs"
+
 
 def _gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"

@@ -53,19 +53,18 @@ class GateContext:
     # "No GPU could ever match" is final: no GPU of the pool is out of service and might return.
     definitive: bool
     limits: Mapping[str, int]  # team -> its limit in this pool; teams without one are absent
-    gates: tuple[Gate, ...]  # `GATES` when the pass started
 
     @classmethod
     def of(cls, state: PassState, pool: str) -> GateContext:
         pool_state = state.pool(pool)
         return cls(pool, pool_state.index, state.quota, definitive(pool_state),
-                   state.quota.limits_in(pool), GATES)
+                   state.quota.limits_in(pool))
 
 
 def asks_for_gpus(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
     """A request for no GPUs can never be granted."""
     if req.gpus <= 0:
-        return Refusal("no_gpus", "asks for no GPUs", unsatisfiable=True)
+        return Refusal("no_gpus", explain.NO_GPUS, unsatisfiable=True)
     return None
 
 
@@ -107,8 +106,8 @@ GATES: tuple[Gate, ...] = (asks_for_gpus, gpus_match, fits_pool, team_limit)
 
 
 def admit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
-    """The first refusal of the context's gates, or None when `req` passes them all."""
-    for gate in ctx.gates:
+    """The first refusal of `GATES`, in order, or None when `req` passes them all."""
+    for gate in GATES:
         refusal = gate(req, groups, ctx)
         if refusal is not None:
             return refusal
