@@ -17,7 +17,7 @@ pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocation.policy.placement import Exclusions, Group
@@ -77,11 +77,10 @@ def realize(pool: PoolState, res: Reservation, now: float) -> None:
     req = res.req
     best: _Start | None = None
     for group in res.groups:
-        starts = _host_starts(pool, req, group, now) if req.same_host else \
-            (_pool_start(pool, req, group, now),)
-        for start in starts:
-            if best is None or start[:2] < best[:2]:
-                best = start
+        start = _host_start(pool, req, group, now) if req.same_host else \
+            _pool_start(pool, req, group, now)
+        if start is not None and (best is None or start[:2] < best[:2]):
+            best = start
     assert best is not None, "a head has at least one group that can hold it"
     when, _, host, group = best
     res.kinds = frozenset(group.kinds)
@@ -90,13 +89,14 @@ def realize(pool: PoolState, res: Reservation, now: float) -> None:
     res.realized = True
 
 
-def _host_starts(pool: PoolState, req: RequestView, group: Group,
-                 now: float) -> Iterator[_Start]:
-    """When a same-host head could start on each host large enough to hold it."""
+def _host_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start | None:
+    """The host where a same-host head could start soonest on the group's GPUs; None when no
+    host is large enough."""
     per_host: dict[str, int] = {}
     for kid in group.kinds:
         for host, ids in pool.index.capacity[kid].items():
             per_host[host] = per_host.get(host, 0) + len(ids)
+    best: _Start | None = None
     for host, capacity in per_host.items():
         if capacity < req.gpus:
             continue
@@ -104,7 +104,10 @@ def _host_starts(pool: PoolState, req: RequestView, group: Group,
         releases = [(_release_time(lease.expected_end), lease.on(host, group))
                     for lease in pool.by_host.get(host, ())
                     if not lease.ending and lease.lease_id not in pool.stopped]
-        yield (_start(have, req.gpus, [r for r in releases if r[1]], now), -have, host, group)
+        when = _start(have, req.gpus, [r for r in releases if r[1]], now)
+        if best is None or (when, -have) < best[:2]:
+            best = (when, -have, host, group)
+    return best
 
 
 def _pool_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start:

@@ -95,8 +95,10 @@ class PoolState:
     def _build(self) -> list[RunningLease]:
         leases: list[RunningLease] = []
         by_host, ending_free = self._by_host, self._ending_free
+        memo = self.index.layout.leases
         for run in self.runs:
-            lease = self._view(run)
+            hit = memo.get(id(run))  # inline: a pass over an unchanged fleet only hits
+            lease = hit[1] if hit is not None and hit[0] is run else self._view(run)
             leases.append(lease)
             for host in lease.hosts:
                 by_host[host].append(lease)
@@ -111,11 +113,9 @@ class PoolState:
 
     def _view(self, run: RunningView) -> RunningLease:
         """The policy's view of a running lease: its schedulable GPUs of this pool by host and
-        kind. Memoised per layout by the identity of the (frozen) RunningView."""
+        kind. Kept in the layout's memo under the identity of the (frozen) RunningView, where
+        `_build` looks first."""
         memo = self.index.layout.leases
-        hit = memo.get(id(run))
-        if hit is not None and hit[0] is run:
-            return hit[1]
         capacity = self.index.capacity
         blocks: dict[tuple[str, int], int] = {}
         for gid in run.gpu_ids:
