@@ -186,7 +186,8 @@ def test_victims_are_preemptible_or_borrowed_and_guarantees_are_kept(snapshot: S
         if victim.team != by.team:
             lost[(victim.team, victim.pool)] += len(victim.gpu_ids)
             assert lower or stop.kind == "reclaim"
-    held, leaving = _held(snapshot), defaultdict(int)
+    held = _held(snapshot)
+    leaving: dict[tuple[str, str], int] = defaultdict(int)
     for run in snapshot.running:
         if run.ending:
             leaving[(run.team, run.pool)] += len(run.gpu_ids)
