@@ -123,6 +123,10 @@ class Gpu(models.Model):
     def __str__(self) -> str:
         return self.uuid
 
+    @property
+    def parent_uuid(self) -> str:
+        return self.parent.uuid if self.parent_id else ""
+
 
 class GpuSample(models.Model):
     """Bounded telemetry history for the dashboard (the latest value also lives on Gpu)."""
