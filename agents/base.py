@@ -150,15 +150,6 @@ class BindingStatus:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"handle": dict(self.handle)}
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BindingStatus:
-        return cls(
-            state=str(data.get("state", BIND_STARTING)),
-            handle=dict(data.get("handle") or {}),
-            exit_code=data.get("exit_code"),
-            reason=str(data.get("reason", "")),
-        )
-
 
 # --- the connector ------------------------------------------------------------------------------
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from allocation.choices import HOLDING_STATES, BindingKind, LeaseState
+from allocation.choices import BindingKind, LeaseState
 from inventory.models import Gpu, Host, Pool
 
 
@@ -124,13 +123,6 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return str(self.id)
-
-    def is_active(self) -> bool:
-        return self.state in (LeaseState.PENDING, *HOLDING_STATES)
-
-    def is_expired(self, now: datetime | None = None) -> bool:
-        now = now or timezone.now()
-        return self.state == LeaseState.GRANTED and self.expires_at is not None and self.expires_at <= now
 
 
 class LeaseGpu(models.Model):

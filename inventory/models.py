@@ -95,10 +95,6 @@ class Host(models.Model):
             return HostState.CORDONED
         return HostState.READY
 
-    @property
-    def kind(self) -> str:
-        return self.source.kind
-
 
 class Gpu(models.Model):
     """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_derive_state) from

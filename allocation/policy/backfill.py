@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allocation.policy.placement import Exclusions, Group
-from allocation.policy.state import LeaseState, PoolState
+from allocation.policy.state import PoolState, RunningLease
 from allocation.policy.types import RequestView
 
 Order = tuple[int, int]  # (tier, -priority): a request is behind a head when its order is >=.
@@ -65,46 +65,62 @@ def _release_time(expected_end: float | None) -> float:
     return math.inf if expected_end is None else expected_end
 
 
+# Where a head could start: (estimated start, -GPUs free or being freed now, host or None for
+# pool-wide, group). The smallest wins: soonest, then the most capacity at hand.
+_Start = tuple[float, int, str | None, Group]
+
+
 def realize(pool: PoolState, res: Reservation, now: float) -> None:
     """Pick where the head will start soonest and when; narrow the reservation to it."""
     if res.realized:
         return
     req = res.req
-    best: tuple[float, float, str | None, Group] | None = None
+    best: _Start | None = None
     for group in res.groups:
-        if req.same_host:
-            per_host: dict[str, int] = {}
-            for kid in group.kinds:
-                for host, ids in pool.index.capacity[kid].items():
-                    per_host[host] = per_host.get(host, 0) + len(ids)
-            for host, capacity in per_host.items():
-                if capacity < req.gpus:
-                    continue
-                have = pool.index.free_on(host, group) + pool.ending_on(host, group)
-                releases = [(_release_time(lease.expected_end), lease.on(host, group))
-                            for lease in pool.by_host.get(host, ())
-                            if not lease.ending and lease.lease_id not in pool.stopped]
-                when = _start(have, req.gpus, [r for r in releases if r[1]], now)
-                if best is None or (when, -have) < best[:2]:
-                    best = (when, -have, host, group)
-        else:
-            have = pool.index.free_in(group) + pool.ending_in(group)
-            seen: dict[int, LeaseState] = {}
-            for leases in pool.by_host.values():
-                for lease in leases:
-                    seen.setdefault(id(lease), lease)
-            releases = [(_release_time(lease.expected_end), lease.in_group(group))
-                        for lease in seen.values()
-                        if not lease.ending and lease.lease_id not in pool.stopped]
-            when = _start(have, req.gpus, [r for r in releases if r[1]], now)
-            if best is None or (when, -have) < best[:2]:
-                best = (when, -have, None, group)
+        start = _host_start(pool, req, group, now) if req.same_host else \
+            _pool_start(pool, req, group, now)
+        if start is not None and (best is None or start[:2] < best[:2]):
+            best = start
     assert best is not None, "a head has at least one group that can hold it"
     when, _, host, group = best
     res.kinds = frozenset(group.kinds)
     res.hosts = None if host is None else frozenset({host})
     res.start = None if math.isinf(when) else when
     res.realized = True
+
+
+def _host_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start | None:
+    """The host where a same-host head could start soonest on the group's GPUs; None when no
+    host is large enough."""
+    per_host: dict[str, int] = {}
+    for kid in group.kinds:
+        for host, ids in pool.index.capacity[kid].items():
+            per_host[host] = per_host.get(host, 0) + len(ids)
+    best: _Start | None = None
+    for host, capacity in per_host.items():
+        if capacity < req.gpus:
+            continue
+        have = pool.index.free_on(host, group) + pool.ending_on(host, group)
+        releases = [(_release_time(lease.expected_end), lease.on(host, group))
+                    for lease in pool.by_host.get(host, ())
+                    if not lease.ending and lease.lease_id not in pool.stopped]
+        when = _start(have, req.gpus, [r for r in releases if r[1]], now)
+        if best is None or (when, -have) < best[:2]:
+            best = (when, -have, host, group)
+    return best
+
+
+def _pool_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start:
+    """When a pool-wide head could start on the group's GPUs."""
+    have = pool.index.free_in(group) + pool.ending_in(group)
+    seen: dict[int, RunningLease] = {}
+    for leases in pool.by_host.values():
+        for lease in leases:
+            seen.setdefault(id(lease), lease)
+    releases = [(_release_time(lease.expected_end), lease.in_group(group))
+                for lease in seen.values()
+                if not lease.ending and lease.lease_id not in pool.stopped]
+    return (_start(have, req.gpus, [r for r in releases if r[1]], now), -have, None, group)
 
 
 def heads_ahead(reservations: Sequence[Reservation], groups: Sequence[Group],

@@ -15,6 +15,8 @@ from allocation.policy.types import RequestView
 
 _MAX_NAMES = 3
 
+NO_GPUS = "asks for no GPUs"
+
 
 def _gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
@@ -25,10 +27,10 @@ def _names(ids: Sequence[str]) -> str:
     return shown if len(ids) <= _MAX_NAMES else f"{shown} and {len(ids) - _MAX_NAMES} more"
 
 
-def no_match(req: RequestView, index: FreeIndex | None) -> str:
+def no_match(req: RequestView, index: FreeIndex) -> str:
     """Why no GPU of the pool could ever match: the first constraint that excludes them all."""
     where = f"in pool {req.pool}"
-    if index is None or not index.capacity:
+    if not index.capacity:
         return f"pool {req.pool} has no schedulable GPUs"
     kinds = [index.kinds[k] for k in index.capacity]
     alternatives = model_alternatives(req.model)

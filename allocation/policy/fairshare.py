@@ -31,7 +31,7 @@ def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
         return value
     if half_life_s <= 0:
         return 0.0
-    return value * 0.5 ** (elapsed_s / half_life_s)
+    return value * math.pow(0.5, elapsed_s / half_life_s)
 
 
 def ledger_update(usage: float, last_update: float, now: float, gpus_held: float,
@@ -50,7 +50,7 @@ def _integral(elapsed: float, half_life_s: float) -> float:
         return elapsed
     if half_life_s <= 0:
         return 0.0
-    return half_life_s / LN2 * (1.0 - 0.5 ** (elapsed / half_life_s))
+    return half_life_s / LN2 * (1.0 - math.pow(0.5, elapsed / half_life_s))
 
 
 def rebuild_ledger(intervals: Iterable[tuple[str, float, float | None, float]], now: float,

@@ -17,10 +17,15 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from allocation.policy.running import RunningTotals
-from allocation.policy.types import GpuView, RequestView
+from allocation.policy.types import GpuView, RequestView, RunningView
+
+if TYPE_CHECKING:  # they import this module: for annotations only
+    from allocation.policy.freebase import FreeBase
+    from allocation.policy.placement import Group
+    from allocation.policy.state import RunningLease
 
 _DIGITS = re.compile(r"\d+")
 
@@ -115,12 +120,12 @@ class PoolLayout:
     unschedulable: int = 0
     # Eligible groups per request constraints, shared by every pass over this layout (only
     # used while no kind of the pool depends on the team, see FreeIndex.groups_for).
-    groups: dict[Constraint, tuple[Any, ...]] = field(default_factory=dict)  # placement.Group
+    groups: dict[Constraint, tuple[Group, ...]] = field(default_factory=dict)
     mixed: dict[tuple[str, str, bool], tuple[str, ...]] | None = None
-    free: Any = None  # freebase.FreeBase of the last pass over this pool
-    # The policy's view of each running lease (state.LeaseState), memoised by the identity of
-    # its frozen RunningView: a caller that keeps those from pass to pass pays once.
-    leases: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    free: FreeBase | None = None  # the free GPUs of the last pass over this pool
+    # The policy's view of each running lease, memoised by the identity of its frozen
+    # RunningView: a caller that keeps those from pass to pass pays once.
+    leases: dict[int, tuple[RunningView, RunningLease]] = field(default_factory=dict)
 
 
 @dataclass

@@ -25,6 +25,9 @@ from allocation.policy.types import RequestView
 
 # Per kind id: None excludes the whole kind, a set excludes those hosts (backfill reservations).
 Exclusions = Mapping[int, frozenset[str] | None]
+_NO_HOSTS: frozenset[str] = frozenset()
+# A same-host fit: (GPUs left stranded, host, blocks as in Placement.blocks).
+_Fit = tuple[int, str, tuple[tuple[str, int, int], ...]]
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,19 @@ class FreeIndex:
         return best
 
     def _best_host(self, group: Group, gpus: int, exclude: Exclusions | None) -> Placement | None:
-        best: tuple[int, str, tuple[tuple[str, int, int], ...]] | None = None
+        best = self._best_block(group, gpus, exclude)
+        mixed = self._mixed.get(group.key)
+        if mixed:
+            best = self._best_mixed_host(group, gpus, exclude, mixed, best)
+        if best is None:
+            return None
+        return Placement(best[2], (int(group.time_sliced), 1, best[0]))
+
+    def _best_block(self, group: Group, gpus: int, exclude: Exclusions | None) -> _Fit | None:
+        """The smallest free block of one kind holding `gpus`: from the buckets, no host scan."""
+        best: _Fit | None = None
         for kid in group.kinds:
-            banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+            banned = exclude.get(kid, _NO_HOSTS) if exclude else _NO_HOSTS
             if banned is None:
                 continue
             buckets = self.buckets[kid]
@@ -180,20 +193,24 @@ class FreeIndex:
                 if host is not None:
                     best = (count - gpus, host, ((host, kid, gpus),))
                     break
-        for host in self._mixed.get(group.key, ()):
+        return best
+
+    def _best_mixed_host(self, group: Group, gpus: int, exclude: Exclusions | None,
+                         hosts: tuple[str, ...], best: _Fit | None) -> _Fit | None:
+        """`best`, or a host holding several kinds of the group whose free GPUs together fit
+        with fewer stranded."""
+        for host in hosts:
             blocks = []
             size = 0
             for kid in group.kinds:
-                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                banned = exclude.get(kid, _NO_HOSTS) if exclude else _NO_HOSTS
                 have = len(self.blocks[kid].get(host, ()))
                 if have and banned is not None and host not in banned:
                     blocks.append((host, kid, have))
                     size += have
             if size >= gpus and (best is None or size - gpus < best[0]):
                 best = (size - gpus, host, trim(blocks, gpus))
-        if best is None:
-            return None
-        return Placement(best[2], (int(group.time_sliced), 1, best[0]))
+        return best
 
     def _spread(self, group: Group, gpus: int, exclude: Exclusions | None) -> Placement | None:
         if self.free_in(group, exclude) < gpus:
@@ -201,13 +218,25 @@ class FreeIndex:
         single = self._best_host(group, gpus, exclude)
         if single is not None:
             return single
-        # Fewest hosts: largest blocks first until the rest fits in one more block.
+        chosen = self._largest_blocks(group, gpus, exclude)
+        # The last block only needs the remainder: use the smallest block that holds it.
+        rest = gpus - sum(count for _, _, count in chosen[:-1])
+        used = {(h, k) for h, k, _ in chosen[:-1]}
+        last = self._smallest_block(group, exclude, rest, chosen[-1], used)
+        chosen[-1] = (last[0], last[1], rest)
+        hosts = len({h for h, _, _ in chosen})
+        return Placement(tuple(chosen), (int(group.time_sliced), hosts, last[2] - rest))
+
+    def _largest_blocks(self, group: Group, gpus: int,
+                        exclude: Exclusions | None) -> list[tuple[str, int, int]]:
+        """Whole free blocks, largest first, until they hold `gpus` (the fewest hosts); the
+        caller made sure that enough are free."""
         chosen: list[tuple[str, int, int]] = []
         got = 0
         top = max((len(self.buckets[k]) for k in group.kinds), default=0)
         for count in range(top - 1, 0, -1):
             for kid in group.kinds:
-                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                banned = exclude.get(kid, _NO_HOSTS) if exclude else _NO_HOSTS
                 if banned is None or count >= len(self.buckets[kid]):
                     continue
                 for host in self.buckets[kid][count]:
@@ -216,31 +245,24 @@ class FreeIndex:
                     chosen.append((host, kid, count))
                     got += count
                     if got >= gpus:
-                        break
-                if got >= gpus:
-                    break
-            if got >= gpus:
-                break
-        # The last block only needs the remainder: use the smallest block that holds it.
-        rest = gpus - (got - chosen[-1][2])
-        used = {(h, k) for h, k, _ in chosen[:-1]}
-        last = chosen[-1]
+                        return chosen
+        return chosen
+
+    def _smallest_block(self, group: Group, exclude: Exclusions | None, rest: int,
+                        last: tuple[str, int, int],
+                        used: set[tuple[str, int]]) -> tuple[str, int, int]:
+        """The smallest free block holding `rest` GPUs, not one already used: `last` unless a
+        smaller one does."""
         for count in range(rest, last[2]):
-            swap = None
             for kid in group.kinds:
-                banned = exclude.get(kid, frozenset()) if exclude else frozenset()
+                banned = exclude.get(kid, _NO_HOSTS) if exclude else _NO_HOSTS
                 if banned is None or count >= len(self.buckets[kid]):
                     continue
                 swap = next((h for h in self.buckets[kid][count]
                              if h not in banned and (h, kid) not in used), None)
                 if swap is not None:
-                    last = (swap, kid, count)
-                    break
-            if swap is not None:
-                break
-        chosen[-1] = (last[0], last[1], rest)
-        hosts = len({h for h, _, _ in chosen})
-        return Placement(tuple(chosen), (int(group.time_sliced), hosts, last[2] - rest))
+                    return (swap, kid, count)
+        return last
 
     # --- updates --------------------------------------------------------------------------------
 
@@ -294,11 +316,57 @@ class FreeIndex:
         self._groups.clear()
 
 
+_NEVER = 1 << 30  # larger than any request
+
+
+class FitMemo:
+    """The smallest size known not to fit, per shape, for the rest of a pass: the free index
+    only shrinks within a pass, so what did not fit once never fits later in it. A shape starts
+    with the identity of the request's eligible groups (a cached tuple: it stands for the
+    constraints and, where kinds depend on the team, the team) and same_host; callers add what
+    else decides the answer."""
+
+    __slots__ = ("_keep", "_smallest")
+
+    def __init__(self) -> None:
+        self._smallest: dict[tuple[object, ...], int] = {}
+        # The groups whose identity is in a key, kept alive so that no other tuple takes it.
+        self._keep: dict[int, Sequence[Group]] = {}
+
+    def hopeless(self, shape: tuple[object, ...], gpus: int) -> bool:
+        return gpus >= self._smallest.get(shape, _NEVER)
+
+    def failed(self, shape: tuple[object, ...], groups: Sequence[Group], gpus: int) -> None:
+        self._keep[id(groups)] = groups
+        if gpus < self._smallest.get(shape, _NEVER):
+            self._smallest[shape] = gpus
+
+    def find(self, index: FreeIndex, req: RequestView, groups: Sequence[Group],
+             exclude: Exclusions | None = None) -> Placement | None:
+        """`index.find` for the request, None at once for a shape known not to fit."""
+        shape = (id(groups), req.same_host, None if exclude is None else _exclusion_key(exclude))
+        if self.hopeless(shape, req.gpus):
+            return None
+        placement = index.find(groups, req.gpus, req.same_host, exclude)
+        if placement is None:
+            self.failed(shape, groups, req.gpus)
+        return placement
+
+
+def _exclusion_key(exclude: Exclusions) -> tuple[tuple[int, tuple[str, ...] | None], ...]:
+    return tuple(sorted((kid, None if hosts is None else tuple(sorted(hosts)))
+                        for kid, hosts in exclude.items()))
+
+
 def capacity_bound(groups: Sequence[Group], same_host: bool) -> int:
-    """The most GPUs the groups could ever give one lease (on one host when `same_host`)."""
-    if same_host:
-        return max(g.capacity_block for g in groups)
-    return max(g.capacity_total for g in groups)
+    """The most GPUs the groups could ever give one lease (on one host when `same_host`); 0 for
+    no groups. A plain loop: it runs for every pending request of a pass."""
+    bound = 0
+    for group in groups:
+        size = group.capacity_block if same_host else group.capacity_total
+        if size > bound:
+            bound = size
+    return bound
 
 
 def _first_not_in(hosts: dict[str, None], banned: frozenset[str]) -> str | None:

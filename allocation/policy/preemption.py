@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from allocation.policy import explain
 from allocation.policy.placement import Group, Placement, trim
 from allocation.policy.quota import QuotaBook
-from allocation.policy.state import LeaseState, PoolState
+from allocation.policy.state import PoolState, RunningLease
 from allocation.policy.types import Preemption, RequestView
 
 
@@ -36,11 +36,11 @@ from allocation.policy.types import Preemption, RequestView
 class Plan:
     group: Group
     host: str | None  # the host of a same-host plan; None for pool-wide plans
-    victims: list[LeaseState] = field(default_factory=list)
+    victims: list[RunningLease] = field(default_factory=list)
     cost: tuple[float, ...] = ()
 
 
-def victim_order(lease: LeaseState) -> tuple[int, int, float, str]:
+def victim_order(lease: RunningLease) -> tuple[int, int, float, str]:
     return (0 if lease.borrowed else 1, lease.priority, -lease.granted_at, lease.lease_id)
 
 
@@ -65,13 +65,10 @@ def possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequen
     if not req.same_host or ending:
         return True
     # Same host: some host must hold enough free GPUs and GPUs of possible victims.
-    per_host = pool.victim_gpus_by_host(req.priority, frozenset(lenders))
-    index = pool.index
-    return any(count + index.free_on(host, g) >= req.gpus
-               for host, count in per_host.items() if count for g in groups)
+    return pool.victim_room(req.priority, frozenset(lenders), groups) >= req.gpus
 
 
-def _admissible(lease: LeaseState, req: RequestView, reclaim: bool, now: float,
+def _admissible(lease: RunningLease, req: RequestView, reclaim: bool, now: float,
                 stopped: set[str]) -> bool:
     if lease.ending or now - lease.granted_at < lease.min_runtime_s or lease.lease_id in stopped:
         return False
@@ -97,21 +94,15 @@ def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[G
 
 def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
                reclaim: bool) -> Plan | None:
-    """Victims are taken strictly in victim order, each counted on the hosts where it holds
-    GPUs of the group; the hosts that first reach the request's size within one victim class
-    (borrowed, priority) compete on fewest victims, then fewest GPUs; a one-victim plan ends the
-    search. Cost: the victims scanned, not the hosts of the pool."""
-    index = pool.index
-    ending: dict[str, int] = defaultdict(int)
-    for (host, kid), count in pool.ending_free.items():
-        if count > 0 and kid in group.kinds:
-            ending[host] += count
-    for host, count in ending.items():
-        if count + index.free_on(host, group) >= req.gpus:
-            return Plan(group, host, [], _cost([], count, req.gpus, host))
-    have: dict[str, int] = {}
-    chosen: dict[str, list[LeaseState]] = defaultdict(list)
-    taken: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    """Waiting for ending leases if they make it fit on a host; else victims are taken
+    strictly in victim order, each counted on the hosts where it holds GPUs of the group; the
+    hosts that first reach the request's size within one victim class (borrowed, priority)
+    compete on fewest victims, then fewest GPUs; a one-victim plan ends the search. Cost: the
+    victims scanned, not the hosts of the pool."""
+    waiting = _wait_on_host(pool, req, group)
+    if waiting is not None:
+        return waiting
+    tally = _HostTally(pool, quota, req, group)
     best: Plan | None = None
     best_class: tuple[bool, int] | None = None
     assert pool.victim_order is not None
@@ -120,28 +111,73 @@ def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
             break
         if not _admissible(lease, req, reclaim, now, pool.stopped):
             continue
-        for host in {h for h, kid in lease.blocks if kid in group.kinds}:
-            if host not in have:
-                have[host] = index.free_on(host, group) + pool.ending_on(host, group)
-            if have[host] >= req.gpus:
-                continue  # already complete
-            if lease.team != req.team:
-                budget = quota.reclaimable(lease.team, req.pool) - taken[host][lease.team]
-                if budget < lease.gpus:  # never below the victim team's own guarantee
-                    continue
-                taken[host][lease.team] += lease.gpus
-            chosen[host].append(lease)
-            have[host] += lease.on(host, group)
-            if have[host] >= req.gpus:
-                free = have[host] - sum(v.on(host, group) for v in chosen[host])
-                victims = _prune(chosen[host], req.gpus - free, lambda v, h=host: v.on(h, group))
-                found = Plan(group, host, victims, _cost(victims, free, req.gpus, host))
-                if best is None or found.cost < best.cost:
-                    best = found
-                best_class = (lease.borrowed, lease.priority)
+        found = tally.add(lease)
+        if found is not None:
+            best_class = (lease.borrowed, lease.priority)
+            if best is None or found.cost < best.cost:
+                best = found
         if best is not None and len(best.victims) <= 1:
             break  # nothing beats one victim of the cheapest class
     return best
+
+
+def _wait_on_host(pool: PoolState, req: RequestView, group: Group) -> Plan | None:
+    """A plan without victims: a host where the free GPUs and the unclaimed ones of ending
+    leases make the request fit."""
+    ending: dict[str, int] = defaultdict(int)
+    for (host, kid), count in pool.ending_free.items():
+        if count > 0 and kid in group.kinds:
+            ending[host] += count
+    for host, count in ending.items():
+        if count + pool.index.free_on(host, group) >= req.gpus:
+            return Plan(group, host, [], _cost([], count, req.gpus, host))
+    return None
+
+
+class _HostTally:
+    """One same-host search, per host: the GPUs free, being freed, or held by the victims
+    chosen there so far; those victims; and what they take from each other team's borrowed
+    GPUs (never below its own guarantee)."""
+
+    def __init__(self, pool: PoolState, quota: QuotaBook, req: RequestView, group: Group) -> None:
+        self.pool, self.quota, self.req, self.group = pool, quota, req, group
+        self.have: dict[str, int] = {}
+        self.chosen: dict[str, list[RunningLease]] = defaultdict(list)
+        self.taken: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+    def add(self, lease: RunningLease) -> Plan | None:
+        """Count `lease` on each host where it holds GPUs of the group (in the order of its
+        GPUs, so ties break the same way in every process); the cheapest plan it completes."""
+        best: Plan | None = None
+        for host in lease.hosts:
+            if not lease.on(host, self.group):
+                continue  # none of the group's GPUs there
+            found = self._add_on(host, lease)
+            if found is not None and (best is None or found.cost < best.cost):
+                best = found
+        return best
+
+    def _add_on(self, host: str, lease: RunningLease) -> Plan | None:
+        req, group = self.req, self.group
+        have = self.have.get(host)
+        if have is None:
+            have = self.have[host] = (self.pool.index.free_on(host, group)
+                                      + self.pool.ending_on(host, group))
+        if have >= req.gpus:
+            return None  # already complete
+        if lease.team != req.team:
+            budget = self.quota.reclaimable(lease.team, req.pool) - self.taken[host][lease.team]
+            if budget < lease.gpus:  # never below the victim team's own guarantee
+                return None
+            self.taken[host][lease.team] += lease.gpus
+        chosen = self.chosen[host]
+        chosen.append(lease)
+        have = self.have[host] = have + lease.on(host, group)
+        if have < req.gpus:
+            return None
+        free = have - sum(v.on(host, group) for v in chosen)
+        victims = _prune(chosen, req.gpus - free, lambda v: v.on(host, group))
+        return Plan(group, host, victims, _cost(victims, free, req.gpus, host))
 
 
 def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
@@ -155,13 +191,13 @@ def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
     return Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
 
 
-def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need: int,
-            contrib: Callable[[LeaseState], int]) -> list[LeaseState] | None:
+def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], need: int,
+            contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
     """Greedy in victim order until `need` GPUs, then drop the victims that are not needed
     (latest chosen first, so the preferred victims stay). [] when nothing is needed."""
     if need <= 0:
         return []
-    chosen: list[LeaseState] = []
+    chosen: list[RunningLease] = []
     taken: dict[str, int] = defaultdict(int)
     got = 0
     for lease in victims:
@@ -182,8 +218,8 @@ def _choose(quota: QuotaBook, req: RequestView, victims: list[LeaseState], need:
     return _prune(chosen, need, contrib)
 
 
-def _prune(chosen: list[LeaseState], need: int,
-           contrib: Callable[[LeaseState], int]) -> list[LeaseState]:
+def _prune(chosen: list[RunningLease], need: int,
+           contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
     """Drop victims not needed to free `need` GPUs, latest chosen first (preferred ones stay)."""
     got = sum(contrib(v) for v in chosen)
     kept = list(chosen)
@@ -194,7 +230,7 @@ def _prune(chosen: list[LeaseState], need: int,
     return kept
 
 
-def _cost(victims: list[LeaseState], have: int, gpus: int, host: str) -> tuple[float, ...]:
+def _cost(victims: list[RunningLease], have: int, gpus: int, host: str) -> tuple[float, ...]:
     if not victims:
         return (float("-inf"), 0, 0, 0, -have, 0)
     return (max(v.priority for v in victims), sum(1 for v in victims if not v.borrowed),

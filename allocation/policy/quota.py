@@ -33,21 +33,21 @@ class QuotaBook:
         quota = self.quotas.get((team, pool))
         return quota.guaranteed if quota is not None else 0
 
-    def limit(self, team: str, pool: str) -> int | None:
-        quota = self.quotas.get((team, pool))
-        return quota.limit if quota is not None else None
+    def limits_in(self, pool: str) -> dict[str, int]:
+        """Team -> its limit in the pool, for the teams that have one."""
+        return {team: quota.limit for (team, name), quota in self.quotas.items()
+                if name == pool and quota.limit is not None}
 
     def committed(self, team: str, pool: str) -> int:
         """GPUs the team will hold once ending leases are gone and promises are granted."""
         key = (team, pool)
         return self.held[key] - self.leaving[key] + self.promised[key]
 
-    def fits_limit(self, team: str, pool: str, gpus: int) -> bool:
-        """Would `gpus` more GPUs keep the team within its limit (counting ending leases, which
-        still hold their GPUs, and promised ones)?"""
-        limit = self.limit(team, pool)
+    def holds(self, team: str, pool: str) -> int:
+        """GPUs that count against the team's limit: held (ending leases included, they still
+        hold their GPUs) and promised."""
         key = (team, pool)
-        return limit is None or self.held[key] + self.promised[key] + gpus <= limit
+        return self.held[key] + self.promised[key]
 
     def within_guarantee(self, team: str, pool: str, gpus: int) -> bool:
         """Would `gpus` more GPUs keep the team at or below its guaranteed share?"""

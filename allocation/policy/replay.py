@@ -101,7 +101,8 @@ class Replay:
         self.waits: list[float] = []
         self.jcts: list[float] = []
         self.preemptions = self.violations = self.unplaceable = self.passes = 0
-        self._entitled_cache: dict[tuple, dict[str, float]] = {}
+        # (pool, demand per team) -> entitlement per team
+        self._entitled_cache: dict[tuple[str, tuple[tuple[str, int], ...]], dict[str, float]] = {}
 
     # --- the loop ---------------------------------------------------------------------------------
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
 from allocation.policy.freebase import FreeBase
-from allocation.policy.matching import Kind, PoolLayout, layout_of
+from allocation.policy.matching import Kind, Layout, PoolLayout, layout_of
 from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
 from allocation.policy.running import RunningTotals
@@ -18,7 +19,7 @@ from allocation.policy.types import RequestView, RunningView, Snapshot
 
 
 @dataclass(eq=False)
-class LeaseState:
+class RunningLease:
     """A running lease (or one granted earlier in this pass), as the policy sees it. Never
     changed once made (leases stopped in a pass are in `PoolState.stopped`), so the views of a
     snapshot's leases are memoised per layout across passes."""
@@ -42,7 +43,7 @@ class LeaseState:
         self.hosts = tuple(dict.fromkeys(h for h, _ in self.blocks))
 
     @classmethod
-    def of(cls, run: RunningView, blocks: dict[tuple[str, int], int]) -> LeaseState:
+    def of(cls, run: RunningView, blocks: dict[tuple[str, int], int]) -> RunningLease:
         return cls(run.lease_id, run.team, run.pool, len(run.gpu_ids), run.priority,
                    run.preemptible, run.granted_at, run.borrowed, run.min_runtime_s,
                    run.expected_end, run.ending, blocks)
@@ -80,35 +81,24 @@ class PoolState:
         self.has_ending = self.ending_gpus > 0
         self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
         self._mature: dict[str, int] | None = None
-        self._victim_hosts: dict[tuple, dict[str, int]] = {}
+        self._victim_hosts: dict[tuple[int, frozenset[str]], dict[str, int]] = {}
+        self._victim_room: dict[tuple[int, frozenset[str], int, int], int] = {}
         # Running leases in victim order, sorted once per pass on first need (preemption.py).
-        self.victim_order: list[LeaseState] | None = None
-        self.fresh: list[LeaseState] = []  # granted in this pass: never victims
+        self.victim_order: list[RunningLease] | None = None
+        self.fresh: list[RunningLease] = []  # granted in this pass: never victims
         self.stopped: set[str] = set()  # leases preempted in this pass
-        self._leases: list[LeaseState] | None = None
-        self._by_host: dict[str, list[LeaseState]] = defaultdict(list)
+        self._leases: list[RunningLease] | None = None
+        self._by_host: dict[str, list[RunningLease]] = defaultdict(list)
         # GPUs of ending leases no waiting request has claimed yet, by (host, kind id).
         self._ending_free: dict[tuple[str, int], int] = defaultdict(int)
 
-    def _build(self) -> list[LeaseState]:
-        leases: list[LeaseState] = []
-        capacity = self.index.capacity
-        memo = self.index.layout.leases
+    def _build(self) -> list[RunningLease]:
+        leases: list[RunningLease] = []
         by_host, ending_free = self._by_host, self._ending_free
+        memo = self.index.layout.leases
         for run in self.runs:
-            hit = memo.get(id(run))
-            if hit is not None and hit[0] is run:
-                lease = hit[1]
-            else:
-                blocks: dict[tuple[str, int], int] = {}
-                for gid in run.gpu_ids:
-                    loc = self.where.get(gid)
-                    if loc is not None and loc[0] == run.pool and loc[2] in capacity:
-                        blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
-                lease = LeaseState.of(run, blocks)
-                if len(memo) > 200_000:
-                    memo.clear()
-                memo[id(run)] = (run, lease)
+            hit = memo.get(id(run))  # inline: a pass over an unchanged fleet only hits
+            lease = hit[1] if hit is not None and hit[0] is run else self._view(run)
             leases.append(lease)
             for host in lease.hosts:
                 by_host[host].append(lease)
@@ -121,13 +111,30 @@ class PoolState:
         self._leases = leases
         return leases
 
+    def _view(self, run: RunningView) -> RunningLease:
+        """The policy's view of a running lease: its schedulable GPUs of this pool by host and
+        kind. Kept in the layout's memo under the identity of the (frozen) RunningView, where
+        `_build` looks first."""
+        memo = self.index.layout.leases
+        capacity = self.index.capacity
+        blocks: dict[tuple[str, int], int] = {}
+        for gid in run.gpu_ids:
+            loc = self.where.get(gid)
+            if loc is not None and loc[0] == run.pool and loc[2] in capacity:
+                blocks[(loc[1], loc[2])] = blocks.get((loc[1], loc[2]), 0) + 1
+        lease = RunningLease.of(run, blocks)
+        if len(memo) > 200_000:
+            memo.clear()
+        memo[id(run)] = (run, lease)
+        return lease
+
     @property
-    def leases(self) -> list[LeaseState]:
+    def leases(self) -> list[RunningLease]:
         """Running leases of the snapshot (not those granted in this pass)."""
         return self._leases if self._leases is not None else self._build()
 
     @property
-    def by_host(self) -> dict[str, list[LeaseState]]:
+    def by_host(self) -> dict[str, list[RunningLease]]:
         """Running leases by host, including those granted in this pass."""
         if self._leases is None:
             self._build()
@@ -198,7 +205,26 @@ class PoolState:
         self._victim_hosts[key] = out
         return out
 
-    def add_fresh(self, lease: LeaseState) -> None:
+    def victim_room(self, priority: int, reclaim_from: frozenset[str],
+                    groups: Sequence[Group]) -> int:
+        """The most GPUs of one group one host could give a same-host request of `priority`:
+        its free GPUs and those of its possible victims (an upper bound, as in
+        `victim_gpus_by_host`). Remembered while the free index stands: the requests waiting
+        behind a full pool ask it again and again."""
+        # A groups tuple is cached per constraint while the index version stands.
+        key = (priority, reclaim_from, id(groups), self.index.version)
+        room = self._victim_room.get(key)
+        if room is None:
+            if len(self._victim_room) > 4096:
+                self._victim_room.clear()
+            index = self.index
+            room = self._victim_room[key] = max(
+                (count + index.free_on(host, group)
+                 for host, count in self.victim_gpus_by_host(priority, reclaim_from).items()
+                 if count for group in groups), default=0)
+        return room
+
+    def add_fresh(self, lease: RunningLease) -> None:
         self.fresh.append(lease)
         if self._leases is not None:
             for host in lease.hosts:
@@ -234,55 +260,81 @@ class PassState:
     snapshot: Snapshot
     kinds: list[Kind]
     quota: QuotaBook
-    pools: dict[str, PoolState]
+    pools: dict[str, PoolState]  # every pool with pending requests, those without GPUs too
 
-    def pool(self, name: str) -> PoolState | None:
-        return self.pools.get(name)
+    def pool(self, name: str) -> PoolState:
+        return self.pools[name]
+
+
+def pending_by_pool(snapshot: Snapshot) -> dict[str, list[RequestView]]:
+    """The snapshot's pending requests by pool, in snapshot order."""
+    by_pool: dict[str, list[RequestView]] = defaultdict(list)
+    for req in snapshot.pending:
+        by_pool[req.pool].append(req)
+    return by_pool
 
 
 def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
-    """Index the snapshot: the quota book (every pool) and, for pools with pending requests,
-    the free GPUs and the running leases."""
+    """Index the snapshot: the quota book (every pool) and, for each of `pools_needed` (the
+    pools with pending requests), the free GPUs and the running leases."""
     layout = layout_of(snapshot.gpus)
     kinds = list(layout.kinds)
     quota = QuotaBook(snapshot.quotas)
-    running = snapshot.running
     # The memoised totals and free-GPU base are shared by every pass over this GPU tuple:
     # one pass at a time brings them up to date and copies what it will change.
     with layout.lock:
-        totals = layout.running
-        counted = totals.update(running)
-        if counted:
-            held = totals.held
-            quota.held.update(totals.per_key)
-            quota.leaving.update(totals.leaving)
-        else:  # a lease id twice: count plainly
-            held = set()
-            for run in running:
-                held.update(run.gpu_ids)
-                quota.held[(run.team, run.pool)] += len(run.gpu_ids)
-                if run.ending:
-                    quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
+        counted = layout.running.update(snapshot.running)
+        held = _count_running(quota, layout.running if counted else None, snapshot.running)
         pools: dict[str, PoolState] = {}
         for name in sorted(pools_needed):
-            pool_layout = layout.pools.get(name)
-            if pool_layout is None:
-                continue
-            if totals.per_pool.get(name, 0) == len(running):
-                runs = list(running)
-            else:
-                runs = [run for run in running if run.pool == name]
-            pool = pools[name] = PoolState(name, FreeIndex(pool_layout, kinds, _free_base(
-                pool_layout, held, layout.where, totals, counted and not layout.time_sliced)), runs,
-                layout.where, snapshot.now, totals if counted else None)
-            if layout.time_sliced:
-                # A team holding time-sliced replicas on a host keeps the host's free replicas to
-                # itself.
-                for lease in pool.leases:
-                    for host, kid in lease.blocks:
-                        if kinds[kid].time_sliced:
-                            pool.index.restrict_to_team(host, kid, lease.team)
+            if name in layout.pools:
+                pools[name] = _pool_state(snapshot, layout, kinds, name, held, counted)
+            else:  # not a GPU in it: the gates refuse its requests
+                pools[name] = _no_gpus(name, kinds, snapshot.now)
     return PassState(snapshot, kinds, quota, pools)
+
+
+def _count_running(quota: QuotaBook, totals: RunningTotals | None,
+                   running: tuple[RunningView, ...]) -> set[int]:
+    """Count the running leases in the quota book (held and leaving); returns the GPUs they
+    hold. From the memoised totals when they describe `running`, else plainly (None: a lease
+    id twice)."""
+    if totals is not None:
+        quota.held.update(totals.per_key)
+        quota.leaving.update(totals.leaving)
+        return totals.held
+    held: set[int] = set()
+    for run in running:
+        held.update(run.gpu_ids)
+        quota.held[(run.team, run.pool)] += len(run.gpu_ids)
+        if run.ending:
+            quota.leaving[(run.team, run.pool)] += len(run.gpu_ids)
+    return held
+
+
+def _pool_state(snapshot: Snapshot, layout: Layout, kinds: list[Kind], name: str, held: set[int],
+                counted: bool) -> PoolState:
+    """One pool's state for the pass: its free GPUs and its running leases."""
+    pool_layout, running, totals = layout.pools[name], snapshot.running, layout.running
+    if totals.per_pool.get(name, 0) == len(running):
+        runs = list(running)
+    else:
+        runs = [run for run in running if run.pool == name]
+    base = _free_base(pool_layout, held, layout.where, totals, counted and not layout.time_sliced)
+    pool = PoolState(name, FreeIndex(pool_layout, kinds, base), runs, layout.where, snapshot.now,
+                     totals if counted else None)
+    if layout.time_sliced:
+        # A team holding time-sliced replicas on a host keeps the host's free replicas to itself.
+        for lease in pool.leases:
+            for host, kid in lease.blocks:
+                if kinds[kid].time_sliced:
+                    pool.index.restrict_to_team(host, kid, lease.team)
+    return pool
+
+
+def _no_gpus(name: str, kinds: list[Kind], now: float) -> PoolState:
+    empty = PoolLayout(name)
+    return PoolState(name, FreeIndex(empty, kinds, FreeBase(empty, set())), [], {}, now, None)
 
 
 def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, str, int]],
@@ -300,10 +352,10 @@ def _free_base(layout: PoolLayout, held: set[int], where: dict[int, tuple[str, s
     return base
 
 
-def definitive(pool: PoolState | None) -> bool:
+def definitive(pool: PoolState) -> bool:
     """Whether "nothing could ever satisfy it" is final: not while some GPUs of the pool are out
     of service (cordoned, offline, unhealthy) and might come back."""
-    return pool is None or pool.index.layout.unschedulable == 0
+    return pool.index.layout.unschedulable == 0
 
 
 def queue_order(req: RequestView) -> tuple[int, float, str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
@@ -326,12 +326,3 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
                 LeaseGpu.objects.filter(lease_id=lease.pk, active=False).delete()
                 requeued += 1
     return lost, requeued
-
-
-def team_usage(team: Team, pool: Pool) -> dict[str, int]:
-    """GPUs a team holds in a pool, and how many of them are borrowed."""
-    agg = Lease.objects.filter(team=team, pool=pool, gpu_links__active=True).aggregate(
-        used=Count("gpu_links", filter=Q(gpu_links__active=True)),
-        borrowed=Count("gpu_links", filter=Q(gpu_links__active=True, borrowed=True)),
-        last=Max("granted_at"))
-    return {"used": agg["used"] or 0, "borrowed": agg["borrowed"] or 0}

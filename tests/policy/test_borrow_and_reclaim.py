@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from allocation.policy.fair import schedule
 from allocation.policy.types import RunningView
 from tests.policy.factories import fleet, grants, pendings, quotas, req, run, snap, victims
@@ -85,3 +87,16 @@ def test_preempted_leases_are_the_borrowed_ones_most_recently_granted_first() ->
     running = _a_holds_everything()
     d = schedule(snap(GPUS, [req("b1", "b", 2, same_host=False)], running, quota=QUOTA))
     assert victims(d) == {"a15", "a14"}
+
+
+@pytest.mark.parametrize(("victim_gpus", "waits_for"), [((1, 5, 6), 1), ((5, 6, 1), 2)])
+def test_two_hosts_the_same_victim_completes_tie_on_the_victims_gpu_order(
+        victim_gpus: tuple[int, ...], waits_for: int) -> None:
+    # node-0 has 3 free + 1 of v, node-1 has 2 free + 2 of v: either host fits c1 by stopping v.
+    # The tie goes to the host of v's first GPU, whatever the process's string hashing.
+    gpus = fleet([4, 4])
+    d = schedule(snap(gpus, [req("c1", "c", 4)], [run("v", "b", victim_gpus)],
+                      quota=quotas(("c", 8, None))))
+    assert victims(d) == {"v"}
+    assert pendings(d)["c1"].reason == (
+        f"waiting for {waits_for} GPU{'s' if waits_for > 1 else ''} being freed by preemption of v")

@@ -1,0 +1,89 @@
+"""One pool during one pass: the part both policies share. Requests pass the admission gates
+(gates.py) before any search for room; grants take their GPUs from the free index and count
+for their team; pending entries are numbered by queue position, and the "no room" reason most
+of them share is worked out once per request shape and state of the index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from allocation.policy import explain
+from allocation.policy.gates import GateContext, admit
+from allocation.policy.placement import FitMemo, Group, Placement
+from allocation.policy.state import PassState, PoolState
+from allocation.policy.types import Decisions, Grant, Pending, RequestView
+
+
+class PendingLog:
+    """The pending entries of one pool, numbered in the order they are decided: the queue
+    position the user sees (1 is next)."""
+
+    __slots__ = ("items", "position")
+
+    def __init__(self, items: list[Pending]) -> None:
+        self.items = items  # Decisions.pending, shared by every pool of the pass
+        self.position = 0  # entries of this pool so far
+
+    def add(self, req: RequestView, reason: str, *, unsatisfiable: bool = False) -> None:
+        self.position += 1
+        self.items.append(Pending(req.lease_id, reason, self.position, None, unsatisfiable))
+
+
+class NoRoomReasons:
+    """`explain.no_room`, remembered per request shape and state of the free index: between two
+    grants, the many requests of one shape waiting in a pool read the same reason."""
+
+    __slots__ = ("_reasons",)
+
+    def __init__(self) -> None:
+        self._reasons: dict[tuple[object, ...], str] = {}
+
+    def reason(self, pool: PoolState, req: RequestView, groups: Sequence[Group]) -> str:
+        # A groups tuple is cached per constraint while the index version stands (a new one
+        # comes only with a change of the index): its identity is a key.
+        key = (req.gpus, req.same_host, req.model, id(groups), pool.index.version)
+        reason = self._reasons.get(key)
+        if reason is None:
+            if len(self._reasons) > 4096:
+                self._reasons.clear()
+            reason = self._reasons[key] = explain.no_room(req, pool.index, groups)
+        return reason
+
+
+class PoolPass:
+    """A policy's work on one pool in one pass; subclasses decide what to do with a request
+    that passes the gates."""
+
+    def __init__(self, state: PassState, name: str, decisions: Decisions) -> None:
+        self.name = name
+        self.pool = state.pool(name)
+        self.quota = state.quota
+        self.gates = GateContext.of(state, name)
+        self.decisions = decisions
+        self.pending = PendingLog(decisions.pending)
+        self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
+        self.no_room = NoRoomReasons()
+
+    def admitted(self, req: RequestView) -> tuple[Group, ...] | None:
+        """The request's eligible GPU groups when it passes every gate; None when one refuses
+        it, and it is then pending with that gate's reason."""
+        groups = self.pool.index.groups_for(req)
+        refusal = admit(req, groups, self.gates)
+        if refusal is None:
+            return groups
+        self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
+        return None
+
+    def grant(self, req: RequestView, placement: Placement) -> Grant:
+        """Take the placement's GPUs for `req`, count them for its team and record the grant.
+        Time-sliced replicas share a physical GPU without isolation: the replicas left on
+        those hosts go to its team only."""
+        index = self.pool.index
+        gpu_ids = index.take(placement)
+        for host, kid, _ in placement.blocks:
+            if index.kinds[kid].time_sliced:
+                index.restrict_to_team(host, kid, req.team)
+        borrowed = self.quota.grant(req.team, self.name, req.gpus)
+        decision = Grant(req.lease_id, tuple(sorted(gpu_ids)), placement.host, borrowed)
+        self.decisions.grants.append(decision)
+        return decision
