@@ -50,7 +50,8 @@ fi
 
 echo "== tiers: database=${DATABASE_URL:+postgresql}${DATABASE_URL:-sqlite} redis=${REDIS_URL:-none}"
 status=0
-echo "== ruff"; .venv/bin/ruff check . || status=1
+echo "== ruff (lint, complexity ≤ 10)"; .venv/bin/ruff check . || status=1
+echo "== mypy"; .venv/bin/mypy . || status=1
 echo "== migrations"; $PY manage.py makemigrations --check --dry-run >/dev/null \
   && echo "migrations are up to date" || { echo "missing migrations"; status=1; }
 echo "== pytest"
