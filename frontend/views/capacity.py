@@ -9,7 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from allocation.services.capacity import capacity_move, capacity_preview, lease_outcome_counts
+from allocation.capacity_preview import capacity_preview, lease_outcome_counts
+from allocation.services.capacity import capacity_move
 from core.errors import Conflict, DomainError
 from frontend.access import admin_required, is_htmx
 from frontend.forms import CapacityForm
