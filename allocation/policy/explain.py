@@ -98,9 +98,24 @@ def waiting_for_preemption(gpus: int, victims: Sequence[str]) -> str:
     return f"waiting for {_gpus(gpus)} being freed by preemption of {_names(list(victims))}"
 
 
-def preempted(kind: str, by: RequestView, victim_priority: int) -> str:
+def preempting_own_team(req: RequestView, limit: int, victims: Sequence[str],
+                        waiting: int) -> str:
+    """A request of a team at its limit, making room by stopping its own team's lower-priority
+    preemptible leases."""
+    noun = "lease" if len(victims) == 1 else "leases"
+    freed = (f"waiting for {_gpus(waiting)} being freed" if waiting
+             else "its GPUs are held for it until they end")
+    return (f"preempting {len(victims)} {noun} of its own team of lower priority "
+            f"({_names(list(victims))}) to stay within team {req.team}'s limit {limit} in pool "
+            f"{req.pool}; {freed}")
+
+
+def preempted(kind: str, by: RequestView, victim_priority: int, *, same_team: bool = False) -> str:
     if kind == "reclaim":
         return (f"reclaimed: team {by.team} needs its guaranteed share in pool {by.pool} "
                 f"(lease {by.lease_id})")
+    if same_team:
+        return (f"preempted for higher-priority lease {by.lease_id} of the same team {by.team} "
+                f"(priority {by.priority} > {victim_priority})")
     return (f"preempted by higher-priority lease {by.lease_id} of team {by.team} "
             f"(priority {by.priority} > {victim_priority})")

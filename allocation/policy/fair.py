@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from allocation.policy import backfill, explain, preemption
 from allocation.policy.fairshare import team_share
+from allocation.policy.gates import Refusal
 from allocation.policy.placement import FitMemo, Group, Placement
 from allocation.policy.poolpass import PoolPass
 from allocation.policy.state import PassState, RunningLease, build_pass, pending_by_pool, queue_order
@@ -57,6 +58,7 @@ class _FairPass(PoolPass):
         self.reservations: list[backfill.Reservation] = []
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
+        self.tier = 0  # the phase being drained (0: within guarantees, 1: borrowing)
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -90,7 +92,7 @@ class _FairPass(PoolPass):
         """Serve the queues, team by team in fair-share order. In the guaranteed phase
         (`deferred` given), a request that would borrow is set aside for the borrowing phase;
         a team's own order (priority, age) holds within each phase."""
-        tier = 0 if deferred is not None else 1
+        tier = self.tier = 0 if deferred is not None else 1
         heap = [self._key(queue[-1]) for queue in queues.values() if queue]
         heapq.heapify(heap)
         while heap:
@@ -108,6 +110,32 @@ class _FairPass(PoolPass):
 
     def _key(self, req: RequestView) -> tuple[int, float, float, str, str]:
         return (-req.priority, self._share(req.team), req.created_at, req.lease_id, req.team)
+
+    # --- a team at its limit ---------------------------------------------------------------------
+
+    def refused(self, req: RequestView, groups: tuple[Group, ...], refusal: Refusal) -> None:
+        if refusal.code != "at_limit" or not self._preempt_own_team(req, groups):
+            super().refused(req, groups, refusal)
+
+    def _preempt_own_team(self, req: RequestView, groups: tuple[Group, ...]) -> bool:
+        """A request of a team at its limit may preempt its own team's preemptible leases of
+        lower priority: enough of them that the team, once they are gone and the request is
+        granted, is within its limit, and that the request fits. False (the gate's reason
+        stands) when its own ending leases already make room under the limit, a backfill head
+        ahead waits for these GPUs, or no such set exists."""
+        limit = self.gates.limits[req.team]
+        need = self.quota.committed(req.team, self.name) + req.gpus - limit
+        if need <= 0 or backfill.heads_ahead(self.reservations, groups, (self.tier, -req.priority)):
+            return False
+        chosen = preemption.plan_within_team(self.pool, req, groups, self.now, need)
+        if chosen is None:
+            return False
+        stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, False)
+        self.shares.clear()
+        self.decisions.preemptions.extend(stops)
+        self.pending.add(req, explain.preempting_own_team(
+            req, limit, [v.lease_id for v in chosen.victims], waiting))
+        return True
 
     # --- one request that passed the gates --------------------------------------------------------
 

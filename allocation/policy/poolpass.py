@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from allocation.policy import explain
-from allocation.policy.gates import GateContext, admit
+from allocation.policy.gates import GateContext, Refusal, admit
 from allocation.policy.placement import FitMemo, Group, Placement
 from allocation.policy.state import PassState, PoolState
 from allocation.policy.types import Decisions, Grant, Pending, RequestView
@@ -71,8 +71,14 @@ class PoolPass:
         refusal = admit(req, groups, self.gates)
         if refusal is None:
             return groups
-        self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
+        self.refused(req, groups, refusal)
         return None
+
+    def refused(self, req: RequestView, groups: tuple[Group, ...], refusal: Refusal) -> None:
+        """A gate refused `req`: it stays pending with the gate's reason. A policy may first
+        look for a way round a refusal that waiting alone would not lift (fair: a team at its
+        limit preempting its own lower-priority leases)."""
+        self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
 
     def grant(self, req: RequestView, placement: Placement) -> Grant:
         """Take the placement's GPUs for `req`, count them for its team and record the grant.

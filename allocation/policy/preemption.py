@@ -17,12 +17,16 @@ Rules (Kueue's reclaimWithinCohort / withinClusterQueue, adapted to teams):
   whose GPUs would not make the request fit is never touched), pool-wide otherwise; greedy in
   victim order, then pruned of victims not needed. Among hosts, the plan that hurts least wins:
   lowest top victim priority, fewest in-quota victims, fewest victims, fewest GPUs.
+- Within a team at its limit (`plan_within_team`): the team's own preemptible leases of lower
+  priority only, freeing at least what takes the team back to its limit once the request is
+  granted, and making the request fit in one placement: the lowest priority that suffices,
+  then the fewest leases, then the fewest GPUs, the newest first among equals.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from allocation.policy import explain
@@ -191,6 +195,136 @@ def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
     return Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
 
 
+def plan_within_team(pool: PoolState, req: RequestView, groups: Sequence[Group], now: float,
+                     need_team: int) -> Plan | None:
+    """For a request of a team at its limit: the cheapest set of the team's own preemptible,
+    lower-priority leases (past their minimum runtime, not ending, not granted in this pass)
+    that frees at least `need_team` of the team's GPUs (so granting the request keeps the team
+    within its limit) and makes the request fit in one placement once they are gone. None when
+    there is none."""
+    if pool.preemptible_below(req.team, req.priority) < need_team:
+        return None
+    if pool.victim_order is None:
+        pool.victim_order = sorted(pool.leases, key=victim_order)
+    own = [v for v in pool.victim_order
+           if v.team == req.team and _admissible(v, req, False, now, pool.stopped)]
+    best: Plan | None = None
+    for group in groups:
+        for found in _own_team_plans(pool, req, group, own, need_team):
+            if best is None or found.cost < best.cost:
+                best = found
+    return best
+
+
+def _own_team_plans(pool: PoolState, req: RequestView, group: Group, own: list[RunningLease],
+                    need_team: int) -> Iterator[Plan]:
+    """Pool-wide: one plan. Same host: one per host that could hold the request (a host of a
+    victim, of ending GPUs, or where it fits now), in a stable order."""
+    if not req.same_host:
+        have = pool.index.free_in(group) + pool.ending_in(group)
+        chosen = _choose_both(own, req.gpus - have, need_team, lambda v: v.in_group(group))
+        if chosen is not None:
+            yield Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
+        return
+    for host in _candidate_hosts(pool, req, group, own):
+        have = pool.index.free_on(host, group) + pool.ending_on(host, group)
+        chosen = _choose_both(own, req.gpus - have, need_team, _on_host(host, group))
+        if chosen is not None:
+            yield Plan(group, host, chosen, _cost(chosen, have, req.gpus, host))
+
+
+def _on_host(host: str, group: Group) -> Callable[[RunningLease], int]:
+    return lambda lease: lease.on(host, group)
+
+
+def _candidate_hosts(pool: PoolState, req: RequestView, group: Group,
+                     own: list[RunningLease]) -> list[str]:
+    hosts = dict.fromkeys(h for v in own for h in v.hosts if v.on(h, group))
+    for (host, kid), count in pool.ending_free.items():
+        if count > 0 and kid in group.kinds:
+            hosts.setdefault(host, None)
+    fits = pool.index.find([group], req.gpus, True)
+    if fits is not None:
+        hosts.setdefault(fits.host, None)
+    return list(hosts)
+
+
+def _choose_both(victims: list[RunningLease], need_place: int, need_team: int,
+                 contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
+    """The victims that free `need_place` GPUs of the placement (`contrib`) and `need_team`
+    GPUs of the team: the lowest priority that suffices, then the fewest leases (largest
+    first, pruned), then the fewest GPUs, the newest first among equals."""
+    candidates = _lowest_sufficient(victims, need_place, need_team, contrib)
+    if candidates is None:
+        return None
+    by_size = sorted(candidates, key=lambda v: (-contrib(v), -v.gpus, _newest(v)))
+    chosen = _greedy_both(by_size, need_place, need_team, contrib)
+    return _swap_smaller(chosen, candidates, need_place, need_team, contrib)
+
+
+def _newest(lease: RunningLease) -> tuple[float, str]:
+    return (-lease.granted_at, lease.lease_id)
+
+
+def _lowest_sufficient(victims: list[RunningLease], need_place: int, need_team: int,
+                       contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
+    """The victims of every priority up to the lowest one at which they free enough; None when
+    all of them together do not."""
+    ordered = sorted(victims, key=lambda v: (v.priority, _newest(v)))
+    place = team = 0
+    for lease in ordered:
+        place += contrib(lease)
+        team += lease.gpus
+        if place >= need_place and team >= need_team:
+            return [v for v in ordered if v.priority <= lease.priority]
+    return None
+
+
+def _greedy_both(ordered: list[RunningLease], need_place: int, need_team: int,
+                 contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
+    """In order, each lease that helps a need not yet met; then those not needed dropped,
+    latest chosen first. `ordered` is known to suffice."""
+    chosen: list[RunningLease] = []
+    place = team = 0
+    for lease in ordered:
+        if place >= need_place and team >= need_team:
+            break
+        gain = contrib(lease)
+        if (gain > 0 and place < need_place) or team < need_team:
+            chosen.append(lease)
+            place += gain
+            team += lease.gpus
+    for lease in reversed(list(chosen)):
+        if place - contrib(lease) >= need_place and team - lease.gpus >= need_team:
+            chosen.remove(lease)
+            place -= contrib(lease)
+            team -= lease.gpus
+    return chosen
+
+
+def _swap_smaller(chosen: list[RunningLease], candidates: list[RunningLease], need_place: int,
+                  need_team: int, contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
+    """Replace each chosen lease by a smaller (or as small and newer) one left out, where the
+    needs stay met: as many victims, fewer GPUs stopped."""
+    def size(v: RunningLease) -> tuple[int, float, str]:
+        return (v.gpus, *_newest(v))
+
+    taken = {v.lease_id for v in chosen}
+    spare = sorted((v for v in candidates if v.lease_id not in taken), key=size)
+    place, team = sum(contrib(v) for v in chosen), sum(v.gpus for v in chosen)
+    result = list(chosen)
+    for i, lease in enumerate(result):
+        for alt in spare:
+            if size(alt) >= size(lease):
+                break
+            p, t = place - contrib(lease) + contrib(alt), team - lease.gpus + alt.gpus
+            if p >= need_place and t >= need_team:
+                result[i], place, team = alt, p, t
+                spare.remove(alt)
+                break
+    return result
+
+
 def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], need: int,
             contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
     """Greedy in victim order until `need` GPUs, then drop the victims that are not needed
@@ -249,8 +383,9 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
         quota.leaving[(victim.team, pool.name)] += victim.gpus
         for key, count in victim.blocks.items():
             pool.ending_free[key] += count
-        real_kind = kind if victim.team != req.team else "priority"
-        reason = explain.preempted(real_kind, req, victim.priority)
+        same_team = victim.team == req.team
+        real_kind = "priority" if same_team else kind
+        reason = explain.preempted(real_kind, req, victim.priority, same_team=same_team)
         preemptions.append(Preemption(victim.lease_id, req.lease_id, reason, real_kind))
     index, group = pool.index, chosen.group
     if chosen.host is not None:
