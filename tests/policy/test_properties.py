@@ -225,3 +225,58 @@ def test_skipping_estimated_starts_never_changes_a_decision(snapshot: Snapshot) 
     assert (full.grants, full.preemptions) == (lean.grants, lean.preemptions)
     assert [(p.lease_id, p.reason, p.queue_position) for p in full.pending] == \
         [(p.lease_id, p.reason, p.queue_position) for p in lean.pending]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_a_team_that_preempts_or_is_granted_ends_within_its_limit(snapshot: Snapshot) -> None:
+    _check_final_limits(snapshot)
+
+
+def _check_final_limits(snapshot: Snapshot) -> None:
+    """Once the ending leases and the victims are gone and every request that was granted or
+    started preemptions holds its GPUs, no team that gained GPUs is above its limit; a victim
+    of its own team is preemptible, of lower priority and past its minimum runtime."""
+    d = fair(snapshot)
+    requests = {r.lease_id: r for r in snapshot.pending}
+    stopped = {p.lease_id for p in d.preemptions}
+    final: dict[tuple[str, str], int] = defaultdict(int)
+    for run in snapshot.running:
+        if not run.ending and run.lease_id not in stopped:
+            final[(run.team, run.pool)] += len(run.gpu_ids)
+    gainers = {g.lease_id for g in d.grants} | {p.by_lease_id for p in d.preemptions}
+    for lease_id in gainers:
+        req = requests[lease_id]
+        final[(req.team, req.pool)] += req.gpus
+    for lease_id in gainers:
+        quota = snapshot.quotas.get((requests[lease_id].team, requests[lease_id].pool))
+        if quota is not None and quota.limit is not None:
+            assert final[(quota.team, quota.pool)] <= quota.limit
+    for stop in d.preemptions:
+        victim = next(r for r in snapshot.running if r.lease_id == stop.lease_id)
+        by = requests[stop.by_lease_id]
+        if victim.team == by.team:
+            assert victim.preemptible and victim.priority < by.priority, "own team: lower only"
+            assert NOW - victim.granted_at >= victim.min_runtime_s
+
+
+@st.composite
+def teams_at_their_limit(draw: st.DrawFn) -> Snapshot:
+    """`snapshots()` with every team's limit set to what it holds (at least 1) in each pool:
+    the requests that are not refused outright preempt within their own team or wait."""
+    base = draw(snapshots())
+    held = _held(base)
+    quotas = {}
+    for team in TEAMS:
+        for pool in ("p", "q"):
+            limit = max(1, held[(team, pool)] - draw(st.integers(0, 1)))
+            quotas[(team, pool)] = QuotaView(team, pool, min(limit, draw(st.integers(0, 4))),
+                                             limit)
+    return Snapshot(base.now, base.gpus, base.teams, quotas, base.running, base.pending)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(teams_at_their_limit())
+def test_teams_at_their_limit_end_within_it(snapshot: Snapshot) -> None:
+    _check_final_limits(snapshot)
+    _check_grants(snapshot, fair)
