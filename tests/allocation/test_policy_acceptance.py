@@ -10,6 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+import allocation.engine
+from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease
 
 pytestmark = pytest.mark.django_db
@@ -138,3 +140,55 @@ def test_a_same_host_request_on_a_fragmented_fleet_waits_with_a_reason_and_nothi
     assert not lease.gpu_links.exists()
     counts = Counter(Lease.objects.filter(state="granted").values_list("host__name", flat=True))
     assert sum(counts.values()) == 3
+
+
+def test_a_team_at_its_limit_preempts_its_own_best_effort_for_high_priority_work(fleet) -> None:
+    ann, _ = fleet(hosts=1, ga=8, la=8)
+    ask(ann, 4)  # default: not preemptible
+    best_effort = ask(ann, 4, priority_class="best-effort")
+    schedule()
+    assert held("a") == 8
+    [urgent] = ask(ann, 1, gpus=2, priority_class="high")
+    schedule()
+    lease = Lease.objects.get(pk=urgent)
+    assert lease.state == "granted", lease.reason
+    assert held("a") == 8  # never above its limit
+    preempted = Lease.objects.filter(team__name="a", state="preempted")
+    assert preempted.count() == 2
+    assert {str(p.pk) for p in preempted} <= set(best_effort)
+    assert all(str(p.preempted_by_id) == urgent for p in preempted)
+    assert all("same team a" in p.reason for p in preempted), [p.reason for p in preempted]
+    assert Lease.objects.filter(team__name="a", priority_class__name="default",
+                                state="granted").count() == 4
+    events = AuditEvent.objects.filter(action="lease.preempt")
+    assert events.count() == 2
+
+
+def test_a_team_at_its_limit_waits_for_its_own_victims_with_a_reason_and_preempts_no_more(
+        fleet, monkeypatch) -> None:
+    monkeypatch.setattr(allocation.engine, "request_unbind", lambda lease_id: None)
+    ann, _ = fleet(hosts=1, ga=8, la=8)
+    ask(ann, 4)
+    best_effort = ask(ann, 4, priority_class="best-effort")
+    schedule()
+    for age, pk in enumerate(reversed(best_effort)):  # the last one asked for is the newest
+        Lease.objects.filter(pk=pk).update(
+            state="bound", binding_status={"handle": "pid-1", "state": "running"},
+            granted_at=timezone.now() - timedelta(minutes=10 + age))
+    [urgent] = ask(ann, 1, gpus=2, priority_class="high")
+    run_pass()  # the victims are told to stop; their workloads keep the GPUs through the grace
+    lease = Lease.objects.get(pk=urgent)
+    assert lease.state == "pending"
+    newest, second = best_effort[3], best_effort[2]
+    assert lease.reason == (
+        f"preempting 2 leases of its own team of lower priority ({newest}, {second}) to stay within "
+        "team a's limit 8 in pool gpus; waiting for 2 GPUs being freed"), lease.reason
+    victims = Lease.objects.filter(team__name="a", state="preempted")
+    assert sorted(str(v.pk) for v in victims) == sorted(best_effort[2:])  # the newest two
+    assert all(v.reason.startswith(f"preempted for lease {urgent}: ") and "same team a" in v.reason
+               for v in victims), [v.reason for v in victims]
+    assert held("a") == 8
+    run_pass()  # the next pass waits for them: nothing more is stopped, nothing granted
+    assert Lease.objects.filter(team__name="a", state="preempted").count() == 2
+    assert Lease.objects.get(pk=urgent).state == "pending"
+    assert held("a") == 8
