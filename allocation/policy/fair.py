@@ -8,11 +8,13 @@ Order of a pass, per pool (pools are independent: quotas and capacity are per po
    take turns by the key of their next request: (-priority, fair share, created_at, lease_id),
    the share (`fairshare.team_share`) recomputed after each grant (water-filling). A team's own
    order holds within each phase; its request that would borrow waits for the second phase.
-3. Each request in turn: refused at once if nothing could ever satisfy it; kept pending at its
-   team's limit; placed best-fit if it fits (and does not delay a backfill head ahead of it);
-   else, if GPUs being freed by ending leases or a preemption can make it fit, that starts and
-   the request waits (holding the free part of its placement, so nobody behind takes it);
-   else it becomes a backfill head with an estimated start.
+3. Each request in turn: refused at once if nothing could ever satisfy it; at its team's limit,
+   kept pending unless preempting the team's own lower-priority preemptible leases makes room
+   under the limit (then they are stopped and it waits for their GPUs); placed best-fit if it
+   fits (and does not delay a backfill head ahead of it); else, if GPUs being freed by ending
+   leases or a preemption can make it fit, that starts and the request waits (holding the free
+   part of its placement, so nobody behind takes it); else it becomes a backfill head with an
+   estimated start.
 
 Shapes (constraints, size, same_host, team where it matters) that did not fit are remembered for
 the rest of the pass: free capacity only shrinks within a pass, so they would not fit again.
