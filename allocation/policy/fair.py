@@ -61,6 +61,10 @@ class _FairPass(PoolPass):
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
         self.tier = 0  # the phase being drained (0: within guarantees, 1: borrowing)
+        # Within-team plans that failed, per (team, priority, shape, constraints): the (GPUs to
+        # free for the limit, GPUs asked) pairs. Free GPUs and victims only shrink in a pass, so
+        # a plan needing as much or more fails too.
+        self.own_failed: dict[tuple[object, ...], list[tuple[int, int]]] = defaultdict(list)
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -129,8 +133,14 @@ class _FairPass(PoolPass):
         need = self.quota.committed(req.team, self.name) + req.gpus - limit
         if need <= 0 or backfill.heads_ahead(self.reservations, groups, (self.tier, -req.priority)):
             return False
+        shape = (req.team, req.priority, req.same_host, req.model, req.min_memory_mb,
+                 req.min_driver_version, req.min_cuda_version)
+        failed = self.own_failed[shape]
+        if any(need >= n and req.gpus >= g for n, g in failed):
+            return False
         chosen = preemption.plan_within_team(self.pool, req, groups, self.now, need)
         if chosen is None:
+            failed.append((need, req.gpus))
             return False
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, False)
         self.shares.clear()
