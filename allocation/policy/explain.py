@@ -70,6 +70,10 @@ def at_limit(req: RequestView, limit: int, holds: int) -> str:
             f"(holds or awaits {holds}, asks for {req.gpus})")
 
 
+def at_limit_until_ending(at_limit_reason: str, leaving: int) -> str:
+    return f"{at_limit_reason}; waiting for its own ending leases to free {_gpus(leaving)}"
+
+
 def no_room(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:
     """Capacity exists but is busy: say how far the free capacity is from the request."""
     model = f" of model {req.model}" if req.model else ""

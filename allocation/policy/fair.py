@@ -121,7 +121,18 @@ class _FairPass(PoolPass):
 
     def refused(self, req: RequestView, groups: tuple[Group, ...], refusal: Refusal) -> None:
         if refusal.code != "at_limit" or not self._preempt_own_team(req, groups):
-            super().refused(req, groups, refusal)
+            super().refused(req, groups, self._own_ending(req, refusal))
+
+    def _own_ending(self, req: RequestView, refusal: Refusal) -> Refusal:
+        """At its limit only until its own ending leases (preempted for it in an earlier pass,
+        say) are gone: say so, or a user reads a limit that looks final."""
+        if refusal.code != "at_limit":
+            return refusal
+        limit = self.gates.limits[req.team]
+        leaving = self.quota.leaving[(req.team, self.name)]
+        if leaving <= 0 or self.quota.committed(req.team, self.name) + req.gpus > limit:
+            return refusal
+        return replace(refusal, message=explain.at_limit_until_ending(refusal.message, leaving))
 
     def _preempt_own_team(self, req: RequestView, groups: tuple[Group, ...]) -> bool:
         """A request of a team at its limit may preempt its own team's preemptible leases of

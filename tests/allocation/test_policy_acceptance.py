@@ -190,5 +190,7 @@ def test_a_team_at_its_limit_waits_for_its_own_victims_with_a_reason_and_preempt
     assert held("a") == 8
     run_pass()  # the next pass waits for them: nothing more is stopped, nothing granted
     assert Lease.objects.filter(team__name="a", state="preempted").count() == 2
-    assert Lease.objects.get(pk=urgent).state == "pending"
+    lease = Lease.objects.get(pk=urgent)
+    assert lease.state == "pending"
+    assert lease.reason.endswith("waiting for its own ending leases to free 2 GPUs"), lease.reason
     assert held("a") == 8

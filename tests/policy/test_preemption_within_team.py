@@ -64,7 +64,9 @@ def test_next_passes_wait_for_the_victims_then_grant_within_the_limit() -> None:
               for r in _scenario()]
     second = fair.schedule(snap(GPUS, _high(), ending, quota=LIMIT))
     assert not second.preemptions  # the victims are ending: nothing more is stopped
-    assert "hi" in pendings(second)
+    assert pendings(second)["hi"].reason == (
+        "team a at its limit 8 in pool p (holds or awaits 8, asks for 2); waiting for its own "
+        "ending leases to free 2 GPUs")
     gone = [r for r in _scenario() if r.lease_id not in stopped]
     third = fair.schedule(snap(GPUS, _high(), gone, quota=LIMIT))
     assert len(grants(third)["hi"].gpu_ids) == 2
