@@ -15,7 +15,7 @@ from django.db.models import Avg, Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from allocation.choices import LeaseState
-from allocation.models import Lease, LeaseGpu, Quota, Team
+from allocation.models import Lease, LeaseGpu, Quota
 from allocation.selectors import fair_share_standing, lease_list, quota_list
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
@@ -159,38 +159,12 @@ class QuotaRow:
         """Used GPUs that are not borrowed."""
         return max(self.quota.used - self.quota.borrowed, 0)
 
-    # The quota's own fields, as the row's template and the pages' tests read them.
-    @property
-    def pk(self) -> int:
-        return self.quota.pk
-
-    @property
-    def team(self) -> Team:
-        return self.quota.team
-
-    @property
-    def pool(self) -> Pool:
-        return self.quota.pool
-
-    @property
-    def guaranteed(self) -> int:
-        return self.quota.guaranteed
-
-    @property
-    def limit(self) -> int | None:
-        return self.quota.limit
-
-    @property
-    def used(self) -> int:
-        return self.quota.used
-
-    @property
-    def borrowed(self) -> int:
-        return self.quota.borrowed
-
-    @property
-    def pending(self) -> int:
-        return self.quota.pending
+    def __getattr__(self, name: str) -> Any:
+        """The quota's own fields and counts (team, limit, used, …), as the row's template and the
+        pages' tests read them."""
+        if name == "quota":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.quota, name)
 
 
 @dataclass
