@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from allocation.policy import backfill, explain, preemption
+from allocation.policy import backfill, explain, preemption, preemption_team
 from allocation.policy.fairshare import team_share
 from allocation.policy.gates import Refusal
 from allocation.policy.placement import FitMemo, Group, Placement
@@ -149,7 +149,7 @@ class _FairPass(PoolPass):
         failed = self.own_failed[shape]
         if any(need >= n and req.gpus >= g for n, g in failed):
             return False
-        chosen = preemption.plan_within_team(self.pool, req, groups, self.now, need)
+        chosen = preemption_team.plan_within_team(self.pool, req, groups, self.now, need)
         if chosen is None:
             failed.append((need, req.gpus))
             return False

@@ -89,7 +89,7 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     """The team's limit in the pool: a request above it can never be granted; one that would
     take the team above it (counting ending leases, which still hold their GPUs, and GPUs
     promised to it in this pass) waits. On `at_limit` the fair policy may still preempt the
-    team's own lower-priority leases for it (`PoolPass.refused`, `preemption.plan_within_team`)."""
+    team's own lower-priority leases for it (`PoolPass.refused`, `preemption_team.plan_within_team`)."""
     limit = ctx.limits.get(req.team)
     if limit is None:
         return None

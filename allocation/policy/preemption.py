@@ -17,7 +17,7 @@ Rules (Kueue's reclaimWithinCohort / withinClusterQueue, adapted to teams):
   whose GPUs would not make the request fit is never touched), pool-wide otherwise; greedy in
   victim order, then pruned of victims not needed. Among hosts, the plan that hurts least wins:
   lowest top victim priority, fewest in-quota victims, fewest victims, fewest GPUs.
-- Within a team at its limit (`plan_within_team`): the team's own preemptible leases of lower
+- Within a team at its limit (`preemption_team.plan_within_team`): the team's own preemptible leases of lower
   priority only, freeing at least what takes the team back to its limit once the request is
   granted, and making the request fit in one placement: the lowest priority that suffices,
   then the fewest leases, then the fewest GPUs, the newest first among equals.
@@ -26,7 +26,7 @@ Rules (Kueue's reclaimWithinCohort / withinClusterQueue, adapted to teams):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from allocation.policy import explain
@@ -72,7 +72,7 @@ def possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequen
     return pool.victim_room(req.priority, frozenset(lenders), groups) >= req.gpus
 
 
-def _admissible(lease: RunningLease, req: RequestView, reclaim: bool, now: float,
+def admissible(lease: RunningLease, req: RequestView, reclaim: bool, now: float,
                 stopped: set[str]) -> bool:
     if lease.ending or now - lease.granted_at < lease.min_runtime_s or lease.lease_id in stopped:
         return False
@@ -113,7 +113,7 @@ def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
     for lease in pool.victim_order:
         if best_class is not None and (lease.borrowed, lease.priority) != best_class:
             break
-        if not _admissible(lease, req, reclaim, now, pool.stopped):
+        if not admissible(lease, req, reclaim, now, pool.stopped):
             continue
         found = tally.add(lease)
         if found is not None:
@@ -134,7 +134,7 @@ def _wait_on_host(pool: PoolState, req: RequestView, group: Group) -> Plan | Non
             ending[host] += count
     for host, count in ending.items():
         if count + pool.index.free_on(host, group) >= req.gpus:
-            return Plan(group, host, [], _cost([], count, req.gpus, host))
+            return Plan(group, host, [], plan_cost([], count, req.gpus, host))
     return None
 
 
@@ -180,149 +180,19 @@ class _HostTally:
         if have < req.gpus:
             return None
         free = have - sum(v.on(host, group) for v in chosen)
-        victims = _prune(chosen, req.gpus - free, lambda v: v.on(host, group))
-        return Plan(group, host, victims, _cost(victims, free, req.gpus, host))
+        victims = prune(chosen, req.gpus - free, lambda v: v.on(host, group))
+        return Plan(group, host, victims, plan_cost(victims, free, req.gpus, host))
 
 
 def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
                reclaim: bool) -> Plan | None:
     have = pool.index.free_in(group) + pool.ending_in(group)
     assert pool.victim_order is not None
-    ordered = [v for v in pool.victim_order if _admissible(v, req, reclaim, now, pool.stopped)]
+    ordered = [v for v in pool.victim_order if admissible(v, req, reclaim, now, pool.stopped)]
     chosen = _choose(quota, req, ordered, req.gpus - have, lambda v: v.in_group(group))
     if chosen is None:
         return None
-    return Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
-
-
-def plan_within_team(pool: PoolState, req: RequestView, groups: Sequence[Group], now: float,
-                     need_team: int) -> Plan | None:
-    """For a request of a team at its limit: the cheapest set of the team's own preemptible,
-    lower-priority leases (past their minimum runtime, not ending, not granted in this pass)
-    that frees at least `need_team` of the team's GPUs (so granting the request keeps the team
-    within its limit) and makes the request fit in one placement once they are gone. None when
-    there is none."""
-    if pool.preemptible_below(req.team, req.priority) < need_team:
-        return None
-    if pool.victim_order is None:
-        pool.victim_order = sorted(pool.leases, key=victim_order)
-    own = [v for v in pool.victim_order
-           if v.team == req.team and _admissible(v, req, False, now, pool.stopped)]
-    best: Plan | None = None
-    for group in groups:
-        for found in _own_team_plans(pool, req, group, own, need_team):
-            if best is None or found.cost < best.cost:
-                best = found
-    return best
-
-
-def _own_team_plans(pool: PoolState, req: RequestView, group: Group, own: list[RunningLease],
-                    need_team: int) -> Iterator[Plan]:
-    """Pool-wide: one plan. Same host: one per host that could hold the request (a host of a
-    victim, of ending GPUs, or where it fits now), in a stable order."""
-    if not req.same_host:
-        have = pool.index.free_in(group) + pool.ending_in(group)
-        chosen = _choose_both(own, req.gpus - have, need_team, lambda v: v.in_group(group))
-        if chosen is not None:
-            yield Plan(group, None, chosen, _cost(chosen, have, req.gpus, ""))
-        return
-    for host in _candidate_hosts(pool, req, group, own):
-        have = pool.index.free_on(host, group) + pool.ending_on(host, group)
-        chosen = _choose_both(own, req.gpus - have, need_team, _on_host(host, group))
-        if chosen is not None:
-            yield Plan(group, host, chosen, _cost(chosen, have, req.gpus, host))
-
-
-def _on_host(host: str, group: Group) -> Callable[[RunningLease], int]:
-    return lambda lease: lease.on(host, group)
-
-
-def _candidate_hosts(pool: PoolState, req: RequestView, group: Group,
-                     own: list[RunningLease]) -> list[str]:
-    hosts = dict.fromkeys(h for v in own for h in v.hosts if v.on(h, group))
-    for (host, kid), count in pool.ending_free.items():
-        if count > 0 and kid in group.kinds:
-            hosts.setdefault(host, None)
-    fits = pool.index.find([group], req.gpus, True)
-    if fits is not None:
-        hosts.setdefault(fits.host, None)
-    return list(hosts)
-
-
-def _choose_both(victims: list[RunningLease], need_place: int, need_team: int,
-                 contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
-    """The victims that free `need_place` GPUs of the placement (`contrib`) and `need_team`
-    GPUs of the team: the lowest priority that suffices, then the fewest leases (largest
-    first, pruned), then the fewest GPUs, the newest first among equals."""
-    candidates = _lowest_sufficient(victims, need_place, need_team, contrib)
-    if candidates is None:
-        return None
-    by_size = sorted(candidates, key=lambda v: (-contrib(v), -v.gpus, _newest(v)))
-    chosen = _greedy_both(by_size, need_place, need_team, contrib)
-    return _swap_smaller(chosen, candidates, need_place, need_team, contrib)
-
-
-def _newest(lease: RunningLease) -> tuple[float, str]:
-    return (-lease.granted_at, lease.lease_id)
-
-
-def _lowest_sufficient(victims: list[RunningLease], need_place: int, need_team: int,
-                       contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
-    """The victims of every priority up to the lowest one at which they free enough; None when
-    all of them together do not."""
-    ordered = sorted(victims, key=lambda v: (v.priority, _newest(v)))
-    place = team = 0
-    for lease in ordered:
-        place += contrib(lease)
-        team += lease.gpus
-        if place >= need_place and team >= need_team:
-            return [v for v in ordered if v.priority <= lease.priority]
-    return None
-
-
-def _greedy_both(ordered: list[RunningLease], need_place: int, need_team: int,
-                 contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
-    """In order, each lease that helps a need not yet met; then those not needed dropped,
-    latest chosen first. `ordered` is known to suffice."""
-    chosen: list[RunningLease] = []
-    place = team = 0
-    for lease in ordered:
-        if place >= need_place and team >= need_team:
-            break
-        gain = contrib(lease)
-        if (gain > 0 and place < need_place) or team < need_team:
-            chosen.append(lease)
-            place += gain
-            team += lease.gpus
-    for lease in reversed(list(chosen)):
-        if place - contrib(lease) >= need_place and team - lease.gpus >= need_team:
-            chosen.remove(lease)
-            place -= contrib(lease)
-            team -= lease.gpus
-    return chosen
-
-
-def _swap_smaller(chosen: list[RunningLease], candidates: list[RunningLease], need_place: int,
-                  need_team: int, contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
-    """Replace each chosen lease by a smaller (or as small and newer) one left out, where the
-    needs stay met: as many victims, fewer GPUs stopped."""
-    def size(v: RunningLease) -> tuple[int, float, str]:
-        return (v.gpus, *_newest(v))
-
-    taken = {v.lease_id for v in chosen}
-    spare = sorted((v for v in candidates if v.lease_id not in taken), key=size)
-    place, team = sum(contrib(v) for v in chosen), sum(v.gpus for v in chosen)
-    result = list(chosen)
-    for i, lease in enumerate(result):
-        for alt in spare:
-            if size(alt) >= size(lease):
-                break
-            p, t = place - contrib(lease) + contrib(alt), team - lease.gpus + alt.gpus
-            if p >= need_place and t >= need_team:
-                result[i], place, team = alt, p, t
-                spare.remove(alt)
-                break
-    return result
+    return Plan(group, None, chosen, plan_cost(chosen, have, req.gpus, ""))
 
 
 def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], need: int,
@@ -349,22 +219,24 @@ def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], nee
             break
     if got < need:
         return None
-    return _prune(chosen, need, contrib)
+    return prune(chosen, need, contrib)
 
 
-def _prune(chosen: list[RunningLease], need: int,
-           contrib: Callable[[RunningLease], int]) -> list[RunningLease]:
-    """Drop victims not needed to free `need` GPUs, latest chosen first (preferred ones stay)."""
-    got = sum(contrib(v) for v in chosen)
+def prune(chosen: list[RunningLease], need: int, contrib: Callable[[RunningLease], int],
+          need_team: int = 0) -> list[RunningLease]:
+    """Drop victims not needed to free `need` GPUs of the placement (and `need_team` of their
+    team's GPUs), latest chosen first (preferred ones stay)."""
+    got, team = sum(contrib(v) for v in chosen), sum(v.gpus for v in chosen)
     kept = list(chosen)
     for lease in reversed(chosen):
-        if got - contrib(lease) >= need:
+        if got - contrib(lease) >= need and team - lease.gpus >= need_team:
             kept.remove(lease)
             got -= contrib(lease)
+            team -= lease.gpus
     return kept
 
 
-def _cost(victims: list[RunningLease], have: int, gpus: int, host: str) -> tuple[float, ...]:
+def plan_cost(victims: list[RunningLease], have: int, gpus: int, host: str) -> tuple[float, ...]:
     if not victims:
         return (float("-inf"), 0, 0, 0, -have, 0)
     return (max(v.priority for v in victims), sum(1 for v in victims if not v.borrowed),
