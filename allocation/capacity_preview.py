@@ -163,11 +163,13 @@ class _Holdings:
 
 
 def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Sequence[int] = (),
-                     mode: str = "keep", held_alone: str = "block") -> CapacityPreview:
+                     mode: str = "keep", held_alone: str = "block", next_pass: bool = True) -> CapacityPreview:
     """What moving the given GPUs and whole hosts to `pool` would do; writes nothing.
 
     GPUs already in `pool`, MIG slices (they follow their GPU) and vanished GPUs are left out.
-    An empty selection gives an empty preview that cannot be confirmed."""
+    An empty selection gives an empty preview that cannot be confirmed. `next_pass=False` leaves
+    out what the next scheduling pass would do (it runs the policy twice per affected pool), for
+    a move that nobody reviewed first."""
     _check_options(mode, held_alone)
     now = timezone.now()
     sel = _select(pool, gpu_ids, host_ids)
@@ -185,7 +187,7 @@ def capacity_preview(*, pool: Pool, gpu_ids: Sequence[int] = (), host_ids: Seque
     over = {(q.team, q.pool): q for q in quotas if q.over_limit_by}
     impacts = [_lease_impact(lease, holds.by_lease[lid], pool, over, lid in drained)
                for lid, lease in sorted(leases.items(), key=lambda kv: (kv[1].team.name, kv[0]))]
-    if sel.moving and not blocked:
+    if next_pass and sel.moving and not blocked:
         impacts += _next_pass_impacts(affected, pool, sel.all_ids, holds.fence, drained, now, exclude=set(leases))
 
     return CapacityPreview(

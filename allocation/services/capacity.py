@@ -52,7 +52,10 @@ def capacity_move(*, pool: Pool, actor: str, gpu_ids: Sequence[int] = (), host_i
     with transaction.atomic():
         for pool_id in sorted(sources | {pool.pk}):  # always in id order: two moves never deadlock
             lock_pool(pool_id)
-        preview = capacity_preview(pool=pool, gpu_ids=gpu_ids, host_ids=host_ids, mode=mode, held_alone=held_alone)
+        # The next pass's impacts only matter for checking what the admin reviewed (its
+        # fingerprint); without one, computing them would hold the pools' locks for nothing.
+        preview = capacity_preview(pool=pool, gpu_ids=gpu_ids, host_ids=host_ids, mode=mode,
+                                   held_alone=held_alone, next_pass=bool(fingerprint))
         if preview.blocked:
             raise Conflict(preview.blocked[0], code="move_blocked")
         if not preview.gpu_ids:

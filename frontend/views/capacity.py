@@ -62,8 +62,8 @@ def capacity_confirm_view(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     try:
         result = capacity_move(pool=data["pool"], gpu_ids=data["gpus"], host_ids=data["hosts"],
-                                       mode=data["mode"], fingerprint=data["fingerprint"],
-                                       actor=request.user.get_username())
+                               mode=data["mode"], fingerprint=data["fingerprint"],
+                               actor=request.user.get_username())
     except DomainError as exc:
         # Stale or blocked: show what the move would do now, with the reason on top.
         preview = capacity_preview(pool=data["pool"], gpu_ids=data["gpus"], host_ids=data["hosts"],
