@@ -5,40 +5,40 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Q, QuerySet
 
 from inventory.choices import GpuState
 from inventory.models import Gpu, Host, Pool
 
 
-def capacity_units(pool_ids: Iterable[int] | None = None) -> QuerySet[Gpu]:
-    """The GPUs that are capacity, the one definition every count uses (API, dashboard, capacity
-    moves, lease admission): present, and not a MIG parent, since a MIG GPU is capacity only
-    through its slices (counting both would double it). The engine's snapshot applies the same rule
-    in SQL (`allocation.engine.snapshot`).
+def is_capacity(via: str = "") -> Q:
+    """The one definition of capacity every count uses (API, dashboard, capacity moves, lease
+    admission): a GPU that is present and not a MIG parent, since a MIG GPU is capacity only
+    through its slices (counting both would double it). `via` is the path to the GPU from the
+    model queried ("gpus__" from a pool). The engine's snapshot applies the same rule in SQL
+    (`allocation.engine.snapshot`).
 
     Parents are excluded by id with one hashed sub-select; `slices__isnull` would be a self-join
     checked row by row."""
     parents = Gpu.objects.filter(parent__isnull=False).values("parent_id")
-    units = Gpu.objects.filter(gone=False).exclude(pk__in=parents)
+    return Q(**{f"{via}gone": False}) & ~Q(**{f"{via}pk__in": parents})
+
+
+def capacity_units(pool_ids: Iterable[int] | None = None) -> QuerySet[Gpu]:
+    """The GPUs that are capacity (`is_capacity`), of the given pools or all."""
+    units = Gpu.objects.filter(is_capacity())
     return units if pool_ids is None else units.filter(pool_id__in=list(pool_ids))
 
 
-def _units_in_pool(**filters: Any) -> Coalesce:
-    counted = (capacity_units().filter(pool_id=OuterRef("pk"), **filters).order_by()
-               .values("pool_id").annotate(n=Count("pk")).values("n"))
-    return Coalesce(Subquery(counted, output_field=IntegerField()), Value(0))
-
-
 def pool_list() -> QuerySet[Pool]:
-    """Pools with `capacity`, `allocated` and `free` counted in capacity units."""
+    """Pools with `capacity`, `allocated` and `free` counted in capacity units, in one grouped scan."""
+    usable = is_capacity("gpus__")
     # The plugin takes the names for a clash with Pool's attributes; they are those attributes'
     # values (declared on Pool for the instances the API fills by hand).
     return Pool.objects.annotate(  # type: ignore[no-redef]
-        capacity=_units_in_pool(),
-        allocated=_units_in_pool(state=GpuState.LEASED),
-        free=_units_in_pool(state=GpuState.FREE),
+        capacity=Count("gpus", filter=usable),
+        allocated=Count("gpus", filter=usable & Q(gpus__state=GpuState.LEASED)),
+        free=Count("gpus", filter=usable & Q(gpus__state=GpuState.FREE)),
     ).order_by("name")
 
 
