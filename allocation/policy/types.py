@@ -46,6 +46,24 @@ class QuotaView:
     pool: str
     guaranteed: int = 0
     limit: int | None = None  # None: may borrow all idle capacity
+    # The part of `guaranteed` other teams may borrow while this team leaves it idle (Kueue's
+    # lendingLimit). None: all of it.
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """A pool's own scheduling settings. A pool absent from `Snapshot.pools` has the defaults."""
+
+    name: str
+    # Time-sliced replicas of one physical GPU may carry leases of several teams at once.
+    share_across_teams: bool = False
+    # A team below its fair share may preempt borrowed leases of teams above theirs.
+    fair_share_preemption: bool = False
+    # The least time between two fair-share preemptions in this pool, and when the last began
+    # (None: never), so shares settle before the next one.
+    fair_share_preemption_interval_s: float = 0.0
+    last_fair_share_preemption: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,7 @@ class Snapshot:
     running: tuple[RunningView, ...]
     pending: tuple[RequestView, ...]
     priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
+    pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
     # Fair-share half-life (scheduler.fair_share_half_life_hours in seconds). The policy divides
     # `TeamView.decayed_usage` by the mean life (half_life / ln 2) to express past use in GPUs.
     half_life_s: float = 168 * 3600.0
@@ -125,8 +144,10 @@ class Preemption:
     lease_id: str  # the victim
     by_lease_id: str  # the request it makes room for
     reason: str
-    # "reclaim" (borrowed capacity taken back for a team below its guarantee) or "priority"
-    # (a higher-priority request displacing a preemptible lease).
+    # The cause: "reclaim" (borrowed capacity taken back for a team below its guarantee),
+    # "priority" (a higher-priority request displacing a preemptible lease, of its own team or
+    # another's) or "fair_share" (borrowed capacity taken from a team above its fair share for
+    # one below it).
     kind: str = "priority"
 
 
