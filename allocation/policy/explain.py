@@ -98,8 +98,9 @@ def waiting_for_ending(gpus: int) -> str:
     return f"waiting for {_gpus(gpus)} being freed by ending leases"
 
 
-def waiting_for_preemption(gpus: int, victims: Sequence[str]) -> str:
-    return f"waiting for {_gpus(gpus)} being freed by preemption of {_names(list(victims))}"
+def waiting_for_preemption(gpus: int, victims: Sequence[str], *, fair_share: bool = False) -> str:
+    cause = "fair-share preemption" if fair_share else "preemption"
+    return f"waiting for {_gpus(gpus)} being freed by {cause} of {_names(list(victims))}"
 
 
 def preempting_own_team(req: RequestView, limit: int, victims: Sequence[str],
@@ -123,3 +124,18 @@ def preempted(kind: str, by: RequestView, victim_priority: int, *, same_team: bo
                 f"(priority {by.priority} > {victim_priority})")
     return (f"preempted by higher-priority lease {by.lease_id} of team {by.team} "
             f"(priority {by.priority} > {victim_priority})")
+
+
+def preempted_for_fair_share(by: RequestView, victim_team: str, by_share: float, before: float,
+                             after: float, strategy: str) -> str:
+    """A lease stopped so that a team below its fair share gets borrowed GPUs back; the shares
+    are GPUs borrowed per unit of weight in the pool."""
+    rule = "at most" if strategy == "LessThanOrEqualToFinalShare" else "below"
+    return (f"preempted for fair share in pool {by.pool}: team {by.team} (lease {by.lease_id}) "
+            f"would borrow {_per_weight(by_share)} GPUs per unit of weight, {rule} team "
+            f"{victim_team}'s {_per_weight(after if rule == 'at most' else before)} "
+            f"(team {victim_team} borrowed {_per_weight(before)}, now {_per_weight(after)})")
+
+
+def _per_weight(value: float) -> str:
+    return "∞" if value == float("inf") else f"{value:.3g}"

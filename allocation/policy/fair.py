@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from allocation.policy import backfill, explain, preemption, preemption_team
+from allocation.policy import backfill, explain, preemption, preemption_fair, preemption_team
 from allocation.policy.fairshare import team_share
 from allocation.policy.gates import Refusal
 from allocation.policy.placement import FitMemo, Group, Placement
@@ -65,6 +65,8 @@ class _FairPass(PoolPass):
         # free for the limit, GPUs asked) pairs. Free GPUs and victims only shrink in a pass, so
         # a plan needing as much or more fails too.
         self.own_failed: dict[tuple[object, ...], list[tuple[int, int]]] = defaultdict(list)
+        # Borrowing requests may preempt for fair share (the pool's setting and interval).
+        self.fair_share = preemption_fair.enabled(self.snapshot.pools.get(name), self.now)
 
     # --- ordering ---------------------------------------------------------------------------------
 
@@ -153,7 +155,7 @@ class _FairPass(PoolPass):
         if chosen is None:
             failed.append((need, req.gpus))
             return False
-        stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, False)
+        stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
         self.shares.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, explain.preempting_own_team(
@@ -194,7 +196,7 @@ class _FairPass(PoolPass):
               ahead: list[backfill.Reservation]) -> None:
         """No room now: behind a backfill head, or waiting for GPUs that ending leases or a
         preemption free for it, or a backfill head itself."""
-        if ahead and self._plan_possible(req, groups, order):
+        if ahead and (self._plan_possible(req, groups, order) or self._fair_share_phase(order)):
             # Until realized, a head claims every kind it could use: narrow it down before
             # deciding that this request is behind it and may not preempt.
             for res in ahead:
@@ -242,16 +244,36 @@ class _FairPass(PoolPass):
                 and preemption.possible(self.pool, self.quota, req, groups, reclaim))
 
     def _try_plan(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
-        """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority."""
+        """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority; failing
+        that, in the borrowing phase, preempt for fair share where the pool allows it."""
         reclaim = order[0] == 0
-        if not self._plan_possible(req, groups, order):
-            return False
-        chosen = preemption.plan(self.pool, self.quota, req, groups, self.now, reclaim)
+        kind = "reclaim" if reclaim else "priority"
+        chosen = None
+        if self._plan_possible(req, groups, order):
+            chosen = preemption.plan(self.pool, self.quota, req, groups, self.now, reclaim)
+            if chosen is None:
+                self.plans.failed(self._plan_shape(req, groups, reclaim), groups, req.gpus)
+        if chosen is None and self._fair_share_phase(order):
+            chosen, kind = self._fair_share_plan(req, groups), "fair_share"
         if chosen is None:
-            self.plans.failed(self._plan_shape(req, groups, reclaim), groups, req.gpus)
             return False
-        stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, reclaim)
+        stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
         self.shares.clear()  # the requester's and the victims' allocations changed
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, reason)
         return True
+
+    def _fair_share_phase(self, order: Order) -> bool:
+        return self.fair_share and order[0] == 1
+
+    def _fair_share_plan(self, req: RequestView, groups: Sequence[Group]) -> preemption.Plan | None:
+        """A fair-share preemption for a borrowing request; shapes that found none are
+        remembered for the rest of the pass (shares only move against them within a pass)."""
+        shape = (id(groups), req.same_host, (req.team, req.priority, "fair_share"))
+        if self.plans.hopeless(shape, req.gpus):
+            return None
+        chosen = preemption_fair.plan_fair_share(self.pool, self.quota, req, groups, self.now,
+                                                 self.snapshot.teams)
+        if chosen is None:
+            self.plans.failed(shape, groups, req.gpus)
+        return chosen

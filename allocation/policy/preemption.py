@@ -26,7 +26,7 @@ Rules (Kueue's reclaimWithinCohort / withinClusterQueue, adapted to teams):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from allocation.policy import explain
@@ -42,6 +42,33 @@ class Plan:
     host: str | None  # the host of a same-host plan; None for pool-wide plans
     victims: list[RunningLease] = field(default_factory=list)
     cost: tuple[float, ...] = ()
+    # The reason a victim reads, by lease id, where its rule words it itself (fair share).
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+class Budget:
+    """What one search may take from each other team: never below the team's own guarantee
+    (`QuotaBook.reclaimable`). The requester's own leases are not limited here. A fresh budget
+    per search (per host for same-host searches)."""
+
+    def __init__(self, quota: QuotaBook, req: RequestView) -> None:
+        self.quota, self.req = quota, req
+        self.taken: dict[str, int] = defaultdict(int)  # team -> GPUs taken by this search
+
+    def allows(self, lease: RunningLease) -> bool:
+        return self.quota.reclaimable(lease.team, self.req.pool) - self.taken[lease.team] >= lease.gpus
+
+    def take(self, lease: RunningLease) -> bool:
+        """Count `lease` as a victim if the rules allow it; whether they did."""
+        if lease.team == self.req.team:
+            return True
+        if not self.allows(lease):
+            return False
+        self.taken[lease.team] += lease.gpus
+        return True
+
+
+BudgetFactory = Callable[[QuotaBook, RequestView], Budget]
 
 
 def victim_order(lease: RunningLease) -> tuple[int, int, float, str]:
@@ -87,17 +114,41 @@ def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[G
     ending leases."""
     if pool.victim_order is None:
         pool.victim_order = sorted(pool.leases, key=victim_order)
+    order = pool.victim_order
+    return search(pool, quota, req, groups, Rule(
+        lambda: (v for v in order if admissible(v, req, reclaim, now, pool.stopped)),
+        Budget, _victim_class))
+
+
+def _victim_class(lease: RunningLease) -> tuple[object, ...]:
+    return (lease.borrowed, lease.priority)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Who may be a victim of one search: `candidates()` yields the admissible leases in order
+    of preference, `budget` limits what may be taken from each team, and victims of one `klass`
+    are equally preferable (a same-host search stops at the first class that completes a plan)."""
+
+    candidates: Callable[[], Iterable[RunningLease]]
+    budget: BudgetFactory
+    klass: Callable[[RunningLease], tuple[object, ...]]
+
+
+def search(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
+           rule: Rule) -> Plan | None:
+    """The cheapest plan over the request's groups under `rule`, or None."""
     best: Plan | None = None
     for group in groups:
-        search = _same_host if req.same_host else _pool_wide
-        found = search(pool, quota, req, group, now, reclaim)
+        find = _same_host if req.same_host else _pool_wide
+        found = find(pool, quota, req, group, rule)
         if found is not None and (best is None or found.cost < best.cost):
             best = found
     return best
 
 
-def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
-               reclaim: bool) -> Plan | None:
+def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
+               rule: Rule) -> Plan | None:
     """Waiting for ending leases if they make it fit on a host; else victims are taken
     strictly in victim order, each counted on the hosts where it holds GPUs of the group; the
     hosts that first reach the request's size within one victim class (borrowed, priority)
@@ -106,18 +157,15 @@ def _same_host(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group
     waiting = _wait_on_host(pool, req, group)
     if waiting is not None:
         return waiting
-    tally = _HostTally(pool, quota, req, group)
+    tally = _HostTally(pool, quota, req, group, rule.budget)
     best: Plan | None = None
-    best_class: tuple[bool, int] | None = None
-    assert pool.victim_order is not None
-    for lease in pool.victim_order:
-        if best_class is not None and (lease.borrowed, lease.priority) != best_class:
+    best_class: tuple[object, ...] | None = None
+    for lease in rule.candidates():
+        if best_class is not None and rule.klass(lease) != best_class:
             break
-        if not admissible(lease, req, reclaim, now, pool.stopped):
-            continue
         found = tally.add(lease)
         if found is not None:
-            best_class = (lease.borrowed, lease.priority)
+            best_class = rule.klass(lease)
             if best is None or found.cost < best.cost:
                 best = found
         if best is not None and len(best.victims) <= 1:
@@ -143,11 +191,13 @@ class _HostTally:
     chosen there so far; those victims; and what they take from each other team's borrowed
     GPUs (never below its own guarantee)."""
 
-    def __init__(self, pool: PoolState, quota: QuotaBook, req: RequestView, group: Group) -> None:
+    def __init__(self, pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
+                 budget: BudgetFactory) -> None:
         self.pool, self.quota, self.req, self.group = pool, quota, req, group
         self.have: dict[str, int] = {}
         self.chosen: dict[str, list[RunningLease]] = defaultdict(list)
-        self.taken: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.budgets: dict[str, Budget] = {}
+        self.budget = budget
 
     def add(self, lease: RunningLease) -> Plan | None:
         """Count `lease` on each host where it holds GPUs of the group (in the order of its
@@ -169,11 +219,11 @@ class _HostTally:
                                       + self.pool.ending_on(host, group))
         if have >= req.gpus:
             return None  # already complete
-        if lease.team != req.team:
-            budget = self.quota.reclaimable(lease.team, req.pool) - self.taken[host][lease.team]
-            if budget < lease.gpus:  # never below the victim team's own guarantee
-                return None
-            self.taken[host][lease.team] += lease.gpus
+        budget = self.budgets.get(host)
+        if budget is None:
+            budget = self.budgets[host] = self.budget(self.quota, req)
+        if not budget.take(lease):
+            return None
         chosen = self.chosen[host]
         chosen.append(lease)
         have = self.have[host] = have + lease.on(host, group)
@@ -184,35 +234,28 @@ class _HostTally:
         return Plan(group, host, victims, plan_cost(victims, free, req.gpus, host))
 
 
-def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group, now: float,
-               reclaim: bool) -> Plan | None:
+def _pool_wide(pool: PoolState, quota: QuotaBook, req: RequestView, group: Group,
+               rule: Rule) -> Plan | None:
     have = pool.index.free_in(group) + pool.ending_in(group)
-    assert pool.victim_order is not None
-    ordered = [v for v in pool.victim_order if admissible(v, req, reclaim, now, pool.stopped)]
-    chosen = _choose(quota, req, ordered, req.gpus - have, lambda v: v.in_group(group))
+    chosen = _choose(rule.budget(quota, req), rule.candidates(), req.gpus - have,
+                     lambda v: v.in_group(group))
     if chosen is None:
         return None
     return Plan(group, None, chosen, plan_cost(chosen, have, req.gpus, ""))
 
 
-def _choose(quota: QuotaBook, req: RequestView, victims: list[RunningLease], need: int,
+def _choose(budget: Budget, victims: Iterable[RunningLease], need: int,
             contrib: Callable[[RunningLease], int]) -> list[RunningLease] | None:
     """Greedy in victim order until `need` GPUs, then drop the victims that are not needed
     (latest chosen first, so the preferred victims stay). [] when nothing is needed."""
     if need <= 0:
         return []
     chosen: list[RunningLease] = []
-    taken: dict[str, int] = defaultdict(int)
     got = 0
     for lease in victims:
         gain = contrib(lease)
-        if gain <= 0:
+        if gain <= 0 or not budget.take(lease):
             continue
-        if lease.team != req.team:
-            # Never below the victim team's own guarantee.
-            if quota.reclaimable(lease.team, req.pool) - taken[lease.team] < lease.gpus:
-                continue
-            taken[lease.team] += lease.gpus
         chosen.append(lease)
         got += gain
         if got >= need:
@@ -244,11 +287,12 @@ def plan_cost(victims: list[RunningLease], have: int, gpus: int, host: str) -> t
 
 
 def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
-           reclaim: bool) -> tuple[list[Preemption], int, str]:
+           kind: str) -> tuple[list[Preemption], int, str]:
     """Start the plan: mark victims ending, hold the free GPUs of the placement for the
-    requester, claim the ending GPUs it waits for, and promise the GPUs to its team.
+    requester, claim the ending GPUs it waits for, and promise the GPUs to its team. `kind` is
+    the cause of preempting other teams' leases ("reclaim", "priority", "fair_share"); the
+    requester's own team's leases are always stopped for priority.
     Returns (preemptions, GPUs still to be freed, reason for the requester)."""
-    kind = "reclaim" if reclaim else "priority"
     preemptions = []
     for victim in chosen.victims:
         pool.stopped.add(victim.lease_id)
@@ -257,7 +301,8 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
             pool.ending_free[key] += count
         same_team = victim.team == req.team
         real_kind = "priority" if same_team else kind
-        reason = explain.preempted(real_kind, req, victim.priority, same_team=same_team)
+        reason = chosen.reasons.get(victim.lease_id) or explain.preempted(
+            real_kind, req, victim.priority, same_team=same_team)
         preemptions.append(Preemption(victim.lease_id, req.lease_id, reason, real_kind))
     index, group = pool.index, chosen.group
     if chosen.host is not None:
@@ -273,7 +318,8 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
     pool.claim_ending(chosen.host, group, waiting)
     quota.promised[(req.team, req.pool)] += req.gpus
     if chosen.victims:
-        reason = explain.waiting_for_preemption(waiting, [v.lease_id for v in chosen.victims])
+        reason = explain.waiting_for_preemption(waiting, [v.lease_id for v in chosen.victims],
+                                                fair_share=kind == "fair_share")
     else:
         reason = explain.waiting_for_ending(waiting)
     return preemptions, waiting, reason

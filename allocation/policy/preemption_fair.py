@@ -1,0 +1,155 @@
+"""Fair-share preemption above guarantees: a team below its fair share takes borrowed GPUs back
+from teams above theirs (Kueue's fair sharing with `preemptionStrategies`; see
+`allocation.policy.preemption` for reclaim and priority preemption, whose searches it reuses).
+
+A team's share here is what it borrows per unit of weight, from its present holdings:
+
+    share = max(0, committed - guaranteed) / weight
+
+(`QuotaBook.committed`: held, less its ending leases, plus what this pass promised it). The
+decayed history orders teams competing for free GPUs (`fairshare.team_share`), but a preemption
+must be justified by what teams hold now, or it could be undone by the very history it creates.
+
+Only a request in the borrowing phase (its grant takes its team above its guarantee; a request
+within its guarantee reclaims instead), in a pool with `fair_share_preemption` on and at least
+`fair_share_preemption_interval_s` after the pool's last such preemption, and only when no
+priority preemption makes room. A victim is a lease of another team that is not ending, past its
+`min_runtime_s`, not granted in this pass, of a priority no higher than the request's, and whose
+team stays at or above its own guarantee. Its `preemptible` flag does not protect it: borrowed
+capacity is reclaimable by definition, as for reclaim. Each victim must pass the strategy, tried
+in order (the second only when the first finds no plan):
+1. `LessThanOrEqualToFinalShare`: the requester's share once granted is at most the victim team's
+   share once the victim (and those chosen before it) are gone;
+2. `LessThanInitialShare`: the requester's share once granted is below the victim team's share
+   before this victim is taken.
+Either way the requester never ends above the team it takes from, so the victim team's
+re-queued work cannot preempt back (no ping-pong), and shares converge. Candidates: the teams
+with the highest share first, then the lowest priority, the newest lease first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from allocation.policy import explain
+from allocation.policy.placement import Group
+from allocation.policy.preemption import Budget, BudgetFactory, Plan, Rule, search
+from allocation.policy.quota import QuotaBook
+from allocation.policy.state import PoolState, RunningLease
+from allocation.policy.types import PoolView, RequestView, TeamView
+
+LE_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+LT_INITIAL_SHARE = "LessThanInitialShare"
+STRATEGIES = (LE_FINAL_SHARE, LT_INITIAL_SHARE)
+
+
+def enabled(view: PoolView | None, now: float) -> bool:
+    """Whether the pool allows fair-share preemption at `now`: switched on, and its minimum
+    interval since the last one has passed."""
+    if view is None or not view.fair_share_preemption:
+        return False
+    last = view.last_fair_share_preemption
+    return last is None or now - last >= view.fair_share_preemption_interval_s
+
+
+def share(borrowed: float, weight: float) -> float:
+    """GPUs borrowed per unit of weight; a team borrowing nothing has share 0 whatever its
+    weight, and a team of weight <= 0 that borrows is infinitely above its share."""
+    if borrowed <= 0:
+        return 0.0
+    return math.inf if weight <= 0 else borrowed / weight
+
+
+class Shares:
+    """The teams' borrowing in one pool, read from the quota book as the pass changes it."""
+
+    def __init__(self, quota: QuotaBook, pool: str, teams: Mapping[str, TeamView]) -> None:
+        self.quota, self.pool, self.teams = quota, pool, teams
+
+    def weight(self, team: str) -> float:
+        view = self.teams.get(team)
+        return view.weight if view is not None else 1.0
+
+    def borrowed(self, team: str, extra: int = 0) -> int:
+        """GPUs the team borrows, with `extra` more (negative: fewer)."""
+        return max(0, self.quota.committed(team, self.pool) + extra
+                   - self.quota.guaranteed(team, self.pool))
+
+    def of(self, team: str, extra: int = 0) -> float:
+        return share(self.borrowed(team, extra), self.weight(team))
+
+
+class _FairBudget(Budget):
+    """The victims one search may take under one strategy: each team's own guarantee (Budget),
+    then the share rule, counting the victims already taken from that team."""
+
+    def __init__(self, quota: QuotaBook, req: RequestView, shares: Shares, strategy: str) -> None:
+        super().__init__(quota, req)
+        self.shares, self.strategy = shares, strategy
+        self.mine = shares.of(req.team, req.gpus)
+
+    def allows(self, lease: RunningLease) -> bool:
+        if not super().allows(lease):
+            return False
+        taken = self.taken[lease.team]
+        if self.strategy == LE_FINAL_SHARE:
+            return self.mine <= self.shares.of(lease.team, -taken - lease.gpus)
+        return self.mine < self.shares.of(lease.team, -taken)
+
+
+def plan_fair_share(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
+                    now: float, teams: Mapping[str, TeamView]) -> Plan | None:
+    """The cheapest fair-share preemption that makes `req` fit in one placement, with the
+    reasons its victims read; None when the rules allow none (see the module docstring)."""
+    shares = Shares(quota, pool.name, teams)
+    mine = shares.of(req.team, req.gpus)
+    above = {team: value for team in quota.teams_in(pool.name)
+             if team != req.team and (value := shares.of(team)) > mine}
+    if not above or not _possible(pool, quota, req, groups, above):
+        return None
+    candidates = sorted(
+        (v for v in pool.leases if v.team in above and _admissible(v, req, now, pool.stopped)),
+        key=lambda v: (-above[v.team], v.team, v.priority, -v.granted_at, v.lease_id))
+    for strategy in STRATEGIES:
+        chosen = search(pool, quota, req, groups, Rule(
+            lambda: candidates, _budgets(shares, strategy), lambda v: (v.team, v.priority)))
+        if chosen is not None and chosen.victims:
+            _explain(chosen, req, shares, mine, strategy)
+            return chosen
+    return None
+
+
+def _budgets(shares: Shares, strategy: str) -> BudgetFactory:
+    def budget(quota: QuotaBook, req: RequestView) -> Budget:
+        return _FairBudget(quota, req, shares, strategy)
+    return budget
+
+
+def _admissible(lease: RunningLease, req: RequestView, now: float, stopped: set[str]) -> bool:
+    return not (lease.ending or lease.priority > req.priority or lease.lease_id in stopped
+                or now - lease.granted_at < lease.min_runtime_s)
+
+
+def _possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
+              above: Mapping[str, float]) -> bool:
+    """Cheap necessary condition (kinds and priorities ignored): the free GPUs, the GPUs being
+    freed and the borrowed, mature GPUs of the teams above the requester's share add up to the
+    request, on one host for a same-host request."""
+    extra = sum(min(quota.reclaimable(team, pool.name), pool.mature_gpus(team)) for team in above)
+    if pool.any_ending_free():
+        extra += pool.ending_gpus
+    if extra <= 0 or extra + max(pool.index.free_in(g) for g in groups) < req.gpus:
+        return False
+    return not req.same_host or pool.victim_room(req.priority, frozenset(above), groups) >= req.gpus
+
+
+def _explain(chosen: Plan, req: RequestView, shares: Shares, mine: float, strategy: str) -> None:
+    """Word each victim's reason with the shares that justify it (once the plan is done)."""
+    lost: dict[str, int] = {}
+    for victim in chosen.victims:
+        lost[victim.team] = lost.get(victim.team, 0) + victim.gpus
+    for victim in chosen.victims:
+        chosen.reasons[victim.lease_id] = explain.preempted_for_fair_share(
+            req, victim.team, mine, shares.of(victim.team), shares.of(victim.team, -lost[victim.team]),
+            strategy)
