@@ -12,11 +12,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from allocation.config import Config, ConfigError
+from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
 from allocation.leases import audit
-from allocation.models import PriorityClass, Quota, SchedulerSettings, Team
+from allocation.models import PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
 from inventory.models import Pool, Source
 from inventory.secrets import source_secrets_open, source_secrets_seal, source_secrets_split
+
+SCHEDULER_KEYS = tuple(SchedulerSpec.__dataclass_fields__)
 
 
 def _set(obj: Any, values: dict[str, Any], label: str, changes: list[str]) -> bool:
@@ -76,7 +78,24 @@ def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
             changes.append(f"+ pool {spec.name}")
         elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
             pool.save()
+        if spec.scheduler is not None:
+            _apply_pool_scheduler(pools[spec.name], spec.scheduler, changes)
     return pools
+
+
+def _apply_pool_scheduler(pool: Pool, spec: PoolSchedulerSpec, changes: list[str]) -> None:
+    """The pool's own scheduler settings, exactly as the file gives them: a key it leaves out
+    goes back to the `scheduler:` section's value."""
+    row = PoolScheduling.objects.filter(pool=pool).first() or PoolScheduling(pool=pool)
+    values = {key: getattr(spec, key) for key in POOL_SCHEDULER_KEYS}
+    if row._state.adding:
+        if any(value is not None for value in values.values()):
+            for key, value in values.items():
+                setattr(row, key, value)
+            row.save()
+            changes.append(f"+ scheduler settings of pool {pool.name}")
+    elif _set(row, values, f"pool {pool.name} scheduler", changes):
+        row.save()
 
 
 def _apply_teams(cfg: Config, changes: list[str]) -> dict[str, Team]:
@@ -136,8 +155,7 @@ def _apply_scheduler(cfg: Config, changes: list[str]) -> None:
     if cfg.scheduler is None:
         return
     sched = SchedulerSettings.current()
-    values = {"fair_share_half_life_hours": cfg.scheduler.fair_share_half_life_hours,
-              "pass_interval_s": cfg.scheduler.pass_interval_s}
+    values = {key: getattr(cfg.scheduler, key) for key in SCHEDULER_KEYS}
     if sched._state.adding:
         for key, value in values.items():
             setattr(sched, key, value)
@@ -188,7 +206,7 @@ def _prune(cfg: Config) -> list[str]:
 def config_export() -> dict[str, Any]:
     """The database's configuration in the same format `apply` reads (secrets left out)."""
     data: dict[str, Any] = {
-        "pools": [{"name": p.name, "description": p.description} for p in Pool.objects.all()],
+        "pools": [_export_pool(p) for p in Pool.objects.select_related("scheduling")],
         "teams": [{"name": t.name, "weight": t.weight,
                    "members": sorted(u.username for u in t.members.all())}
                   for t in Team.objects.prefetch_related("members")],
@@ -200,12 +218,20 @@ def config_export() -> dict[str, Any]:
     }
     sched = SchedulerSettings.objects.filter(pk=1).first()
     if sched is not None:
-        data["scheduler"] = {"fair_share_half_life_hours": sched.fair_share_half_life_hours,
-                             "pass_interval_s": sched.pass_interval_s}
+        data["scheduler"] = {key: getattr(sched, key) for key in SCHEDULER_KEYS}
     data["sources"] = [{"name": s.name, "kind": s.kind, "pool": s.pool.name,
                         "interval_s": s.interval_s, **s.config}
                        for s in Source.objects.select_related("pool")]
     for weight_holder in data["teams"]:
         if float(weight_holder["weight"]).is_integer():
             weight_holder["weight"] = int(weight_holder["weight"])
+    return data
+
+
+def _export_pool(pool: Pool) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": pool.name, "description": pool.description}
+    scheduling = getattr(pool, "scheduling", None)
+    overrides = scheduling.overrides() if scheduling is not None else {}
+    if overrides:
+        data["scheduler"] = overrides
     return data

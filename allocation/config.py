@@ -31,9 +31,19 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class PoolSchedulerSpec:
+    """`pools[].scheduler`: the pool's own values of the per-pool scheduler settings; None:
+    the `scheduler:` section's."""
+
+    fair_share_preemption: bool | None = None
+    fair_share_preemption_interval_s: float | None = None
+
+
+@dataclass(frozen=True)
 class PoolSpec:
     name: str
     description: str = ""
+    scheduler: PoolSchedulerSpec | None = None  # None: the file does not say (left as it is)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,12 @@ PriorityClassSpec = PriorityClassView
 class SchedulerSpec:
     fair_share_half_life_hours: float = 168.0
     pass_interval_s: float = 10.0
+    fair_share_preemption: bool = False
+    fair_share_preemption_interval_s: float = 60.0
+
+
+# Scheduler settings a pool may set for itself under `pools[].scheduler`.
+POOL_SCHEDULER_KEYS = ("fair_share_preemption", "fair_share_preemption_interval_s")
 
 
 @dataclass(frozen=True)
@@ -219,15 +235,47 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
 
 
 def _check_pool(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "description"}, {"name"}):
+    if not chk.keys(path, item, {"name", "description", "scheduler"}, {"name"}):
         return
+    errors = len(chk.errors)
     name = chk.name((*path, "name"), item["name"], "pool name")
     desc = item.get("description", "")
+    sched = _pool_scheduler(chk, (*path, "scheduler"), item.get("scheduler"))
     if not isinstance(desc, str):
         chk.error((*path, "description"), "description must be a string")
-    elif name:
+    elif name and len(chk.errors) == errors:
         chk.unique(path, seen, name, "pool")
-        cfg.pools.append(PoolSpec(name, desc))
+        cfg.pools.append(PoolSpec(name, desc, sched))
+
+
+def _pool_scheduler(chk: _Checker, path: tuple[Any, ...], value: Any) -> PoolSchedulerSpec | None:
+    """`pools[].scheduler`, or None when absent (errors are recorded in `chk`)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        chk.error(path, "scheduler must be a mapping of " + ", ".join(POOL_SCHEDULER_KEYS))
+        return None
+    if not chk.keys(path, value, set(POOL_SCHEDULER_KEYS), set()):
+        return None
+    return PoolSchedulerSpec(*_fair_share_preemption(chk, path, value))
+
+
+def _fair_share_preemption(chk: _Checker, path: tuple[Any, ...],
+                           values: Mapping[str, Any]) -> tuple[bool | None, float | None]:
+    """The fair-share preemption keys of a scheduler mapping (None: absent or invalid)."""
+    on = interval = None
+    if "fair_share_preemption" in values:
+        on = chk.boolean((*path, "fair_share_preemption"), values["fair_share_preemption"],
+                         "fair_share_preemption")
+    if "fair_share_preemption_interval_s" in values:
+        interval = chk.number((*path, "fair_share_preemption_interval_s"),
+                              values["fair_share_preemption_interval_s"],
+                              "fair_share_preemption_interval_s", positive=False)
+        if interval is not None and interval < 0:
+            chk.error((*path, "fair_share_preemption_interval_s"),
+                      f"fair_share_preemption_interval_s must be ≥ 0, got {interval:g}")
+            interval = None
+    return on, interval
 
 
 def _check_team(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
@@ -281,13 +329,18 @@ def _check_scheduler(chk: _Checker, sched: Any, cfg: Config) -> None:
     if not isinstance(sched, dict):
         chk.error(("scheduler",), "scheduler must be a mapping")
         return
-    if not chk.keys(("scheduler",), sched, {"fair_share_half_life_hours", "pass_interval_s"}, set()):
+    allowed = {"fair_share_half_life_hours", "pass_interval_s", *POOL_SCHEDULER_KEYS}
+    if not chk.keys(("scheduler",), sched, allowed, set()):
         return
+    errors = len(chk.errors)
     hl = chk.number(("scheduler", "fair_share_half_life_hours"),
                     sched.get("fair_share_half_life_hours", 168), "fair_share_half_life_hours")
     pi = chk.number(("scheduler", "pass_interval_s"), sched.get("pass_interval_s", 10), "pass_interval_s")
-    if hl is not None and pi is not None:
-        cfg.scheduler = SchedulerSpec(hl, pi)
+    on, interval = _fair_share_preemption(chk, ("scheduler",), sched)
+    if hl is not None and pi is not None and len(chk.errors) == errors:
+        default = SchedulerSpec()
+        cfg.scheduler = SchedulerSpec(hl, pi, default.fair_share_preemption if on is None else on,
+                                      default.fair_share_preemption_interval_s if interval is None else interval)
 
 
 def _check_source(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any],

@@ -181,11 +181,17 @@ class SchedulerSettings(models.Model):
 
     fair_share_half_life_hours = models.FloatField(default=168.0)
     pass_interval_s = models.FloatField(default=10.0)
+    fair_share_preemption = models.BooleanField(
+        default=False, help_text="A team below its fair share may preempt borrowed leases of teams above it.")
+    fair_share_preemption_interval_s = models.FloatField(
+        default=60.0, help_text="The least time between two fair-share preemptions in a pool.")
 
     class Meta:
         verbose_name_plural = "scheduler settings"
         constraints = [models.CheckConstraint(condition=Q(fair_share_half_life_hours__gt=0),
-                                              name="half_life_positive")]
+                                              name="half_life_positive"),
+                       models.CheckConstraint(condition=Q(fair_share_preemption_interval_s__gte=0),
+                                              name="fair_share_interval_not_negative")]
 
     def __str__(self) -> str:
         return f"half-life {self.fair_share_half_life_hours} h, pass every {self.pass_interval_s} s"
@@ -193,3 +199,29 @@ class SchedulerSettings(models.Model):
     @classmethod
     def current(cls) -> SchedulerSettings:
         return cls.objects.filter(pk=1).first() or cls(pk=1)
+
+
+class PoolScheduling(models.Model):
+    """A pool's own scheduler settings (`pools[].scheduler` in the configuration; empty: the
+    `scheduler:` section's), and when the pool last preempted for fair share (the engine keeps
+    the minimum interval between such preemptions across passes, workers and restarts)."""
+
+    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="scheduling")
+    fair_share_preemption = models.BooleanField(null=True, blank=True)
+    fair_share_preemption_interval_s = models.FloatField(null=True, blank=True)
+    last_fair_share_preemption_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "pool scheduling"
+        constraints = [models.CheckConstraint(
+            condition=Q(fair_share_preemption_interval_s__isnull=True) | Q(fair_share_preemption_interval_s__gte=0),
+            name="pool_fair_share_interval_not_negative")]
+
+    def __str__(self) -> str:
+        return f"scheduling of {self.pool}"
+
+    def overrides(self) -> dict[str, object]:
+        """The settings this pool sets itself, as the configuration spells them."""
+        values = {"fair_share_preemption": self.fair_share_preemption,
+                  "fair_share_preemption_interval_s": self.fair_share_preemption_interval_s}
+        return {key: value for key, value in values.items() if value is not None}

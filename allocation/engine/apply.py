@@ -20,7 +20,7 @@ from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
 from allocation.leases import AuditRow, leases_end, transition_row
-from allocation.models import Lease, LeaseGpu
+from allocation.models import Lease, LeaseGpu, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
 from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
 from inventory.choices import GpuState
@@ -115,11 +115,15 @@ def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> Non
         (step.ending if victim.ending_since is not None else step.freed).add(pre.lease_id)
         step.audit.append(AuditRow(now, ACTOR, "lease.preempt", "lease", pre.lease_id, pre.lease_id, pre.reason,
                                    {"victim": pre.lease_id, "by": pre.by_lease_id, "victim_team": victim.team.name,
-                                    "grace_s": victim.priority_class.grace_s}))
+                                    "grace_s": victim.priority_class.grace_s, "cause": pre.kind}))
         step.changes.append(LeaseChange(pre.lease_id, pool.pk, victim.team_id, S.PREEMPTED))
         step.preempted.append(pre.lease_id)
         if victim.binding_status.get("handle"):
             step.to_unbind.append(pre.lease_id)
+    if any(pre.kind == "fair_share" for _, pre in chosen):
+        # The pool's minimum interval between fair-share preemptions counts from here, for
+        # every worker's later passes.
+        PoolScheduling.objects.update_or_create(pool=pool, defaults={"last_fair_share_preemption_at": now})
 
 
 def after(read: PoolRead, step: Step) -> PoolRead:

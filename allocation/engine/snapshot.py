@@ -5,7 +5,8 @@ each is unavailable here: a MIG parent, or held by a lease of another pool) and 
 active GPU links of its leases and those leases, and its pending leases with their current
 explanation. They return plain tuples, never model instances; the same SQL runs on PostgreSQL
 and SQLite with a few dialect snippets (ids as text, times as epoch seconds). Teams (with the
-fair-share ledger), quotas, priority classes and the scheduler setting take five small queries.
+fair-share ledger), quotas, priority classes and the scheduler settings (global and the pool's own)
+take six small queries.
 
 Views are reused from the pool's previous pass in this process when their rows are unchanged: the
 whole GPU tuple (so the policy's layout, memoised by the tuple's identity, stays warm), and each
@@ -27,8 +28,16 @@ from django.db import connection
 
 from allocation.choices import END_STATES, LeaseState
 from allocation.ledger import team_usage_views
-from allocation.models import SchedulerSettings
-from allocation.policy.types import GpuView, PriorityClassView, QuotaView, RequestView, RunningView, Snapshot
+from allocation.models import PoolScheduling, SchedulerSettings
+from allocation.policy.types import (
+    GpuView,
+    PoolView,
+    PriorityClassView,
+    QuotaView,
+    RequestView,
+    RunningView,
+    Snapshot,
+)
 from inventory.choices import Health, HostState
 from inventory.models import Pool
 
@@ -217,6 +226,20 @@ def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple
         for pk, host_id, model, mem, health, foreign, mig, replicas, _, _, unavailable in ordered)
 
 
+def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
+    """The pool's scheduling settings as the policy reads them: its own (`pools[].scheduler`)
+    where it sets them, else the scheduler section's; and its last fair-share preemption."""
+    own = PoolScheduling.objects.filter(pool_id=pool.pk).first() or PoolScheduling(pool_id=pool.pk)
+    on = own.fair_share_preemption
+    interval = own.fair_share_preemption_interval_s
+    last = own.last_fair_share_preemption_at
+    return PoolView(
+        pool.name,
+        fair_share_preemption=sched.fair_share_preemption if on is None else on,
+        fair_share_preemption_interval_s=sched.fair_share_preemption_interval_s if interval is None else interval,
+        last_fair_share_preemption=None if last is None else last.timestamp())
+
+
 def read_pool(pool: Pool, now: datetime) -> PoolRead:
     """Read one pool's state (see the module docstring); reuses unchanged views of its last pass."""
     postgres = connection.vendor == "postgresql"
@@ -257,11 +280,13 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
               for team, guaranteed, limit in _read(QUOTA_SQL, {"pool": pool.pk})}
     classes = {name: PriorityClassView(name, value, bool(preemptible), min_rt, grace)
                for name, value, preemptible, min_rt, grace in _read(CLASS_SQL, {})}
-    half_life = SchedulerSettings.current().fair_share_half_life_hours * 3600.0
+    sched = SchedulerSettings.current()
+    half_life = sched.fair_share_half_life_hours * 3600.0
     snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),
                         quotas=quotas, running=tuple(view for _, view in running_views.values()),
                         pending=tuple(view for _, view in pending_views.values()),
-                        priority_classes=classes, half_life_s=half_life)
+                        priority_classes=classes, half_life_s=half_life,
+                        pools={pool.name: pool_view(pool, sched)})
     return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows})
 
 

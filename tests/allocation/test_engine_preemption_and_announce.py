@@ -54,7 +54,8 @@ def test_a_pass_that_preempts_and_grants_announces_both_in_one_batch(fleet, leas
         preempted, notice = events[1], events[2]
         assert preempted.data == {"from": "granted", "to": "preempted"}
         assert preempted.message == victim.reason and victim.reason.startswith(f"preempted for lease {urgent.pk}: ")
-        assert notice.data == {"victim": str(victim.pk), "by": str(urgent.pk), "victim_team": "a", "grace_s": 30}
+        assert notice.data == {"victim": str(victim.pk), "by": str(urgent.pk), "victim_team": "a", "grace_s": 30,
+                               "cause": "priority"}
     # The ledger took both victims' hour on 4 GPUs each (barely decayed over a 7-day half-life).
     closed = UsageLedger.objects.get(team__name="a").closed_usage
     assert 2 * 4 * 3600 * 0.99 < closed <= 2 * 4 * 3600 * 1.001

@@ -4,59 +4,20 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 
 import allocation.engine
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease
+from tests.allocation.acceptance import ask, held, schedule, two_teams
 
 pytestmark = pytest.mark.django_db
 
-FLEET = """
-pools: [{name: gpus}]
-teams: [{name: a, weight: %(wa)s}, {name: b, weight: %(wb)s}]
-quotas:
-  - {team: a, pool: gpus, guaranteed: %(ga)s, limit: %(la)s}
-  - {team: b, pool: gpus, guaranteed: %(gb)s, limit: %(lb)s}
-priority_classes:
-  - {name: high, value: 100, preemptible: false}
-  - {name: default, value: 0}
-  - {name: best-effort, value: -10, preemptible: true, min_runtime_s: %(minrt)s, grace_s: 30}
-sources: [{name: sim, kind: simulated, pool: gpus, hosts: %(hosts)s, gpus_per_host: 8}]
-"""
-
-
 @pytest.fixture
 def fleet(apply_yaml, make_user, api):
-    def build(**kw):
-        values = {"wa": 1, "wb": 1, "ga": 0, "gb": 0, "la": "null", "lb": "null", "minrt": 0, "hosts": 2} | kw
-        apply_yaml(FLEET % values)
-        return api(make_user("ann", teams=("a",))), api(make_user("ben", teams=("b",)))
-    return build
-
-
-def ask(client, n: int, gpus: int = 1, **body):
-    ids = []
-    for _ in range(n):
-        r = client.post("/api/v1/leases/", {"pool": "gpus", "gpus": gpus, **body}, format="json")
-        assert r.status_code == 201, r.json()
-        ids.append(r.json()["id"])
-    return ids
-
-
-def schedule() -> str:
-    out = StringIO()
-    call_command("schedule", stdout=out)
-    return out.getvalue()
-
-
-def held(team: str) -> int:
-    """GPUs the team holds now (one row per active lease↔GPU link)."""
-    return Lease.objects.filter(team__name=team, gpu_links__active=True).count()
+    return two_teams(apply_yaml, make_user, api)
 
 
 def test_borrowed_gpus_are_reclaimed_for_the_owner_and_the_borrower_keeps_its_guarantee(fleet) -> None:
