@@ -128,13 +128,14 @@ def preempted(kind: str, by: RequestView, victim_priority: int, *, same_team: bo
 
 def preempted_for_fair_share(by: RequestView, victim_team: str, by_share: float, before: float,
                              after: float, strategy: str) -> str:
-    """A lease stopped so that a team below its fair share gets borrowed GPUs back; the shares
-    are GPUs borrowed per unit of weight in the pool."""
+    """A lease stopped so that a team below its fair share gets GPUs back; a share is the key
+    teams are ordered by (GPUs held and recent use, per unit of weight)."""
     rule = "at most" if strategy == "LessThanOrEqualToFinalShare" else "below"
-    return (f"preempted for fair share in pool {by.pool}: team {by.team} (lease {by.lease_id}) "
-            f"would borrow {_per_weight(by_share)} GPUs per unit of weight, {rule} team "
-            f"{victim_team}'s {_per_weight(after if rule == 'at most' else before)} "
-            f"(team {victim_team} borrowed {_per_weight(before)}, now {_per_weight(after)})")
+    return (f"preempted for fair share in pool {by.pool}: team {by.team}'s share would be "
+            f"{_per_weight(by_share)} with lease {by.lease_id}, {rule} team {victim_team}'s "
+            f"{_per_weight(after if rule == 'at most' else before)} (GPUs held and recent use "
+            f"per unit of weight; team {victim_team} was at {_per_weight(before)}, now "
+            f"{_per_weight(after)})")
 
 
 def _per_weight(value: float) -> str:

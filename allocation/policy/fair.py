@@ -273,7 +273,7 @@ class _FairPass(PoolPass):
         if self.plans.hopeless(shape, req.gpus):
             return None
         chosen = preemption_fair.plan_fair_share(self.pool, self.quota, req, groups, self.now,
-                                                 self.snapshot.teams)
+                                                 self.snapshot.teams, self.snapshot.half_life_s)
         if chosen is None:
             self.plans.failed(shape, groups, req.gpus)
         return chosen

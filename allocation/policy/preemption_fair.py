@@ -2,13 +2,10 @@
 from teams above theirs (Kueue's fair sharing with `preemptionStrategies`; see
 `allocation.policy.preemption` for reclaim and priority preemption, whose searches it reuses).
 
-A team's share here is what it borrows per unit of weight, from its present holdings:
-
-    share = max(0, committed - guaranteed) / weight
-
-(`QuotaBook.committed`: held, less its ending leases, plus what this pass promised it). The
-decayed history orders teams competing for free GPUs (`fairshare.team_share`), but a preemption
-must be justified by what teams hold now, or it could be undone by the very history it creates.
+A team's share is the very key a pass orders teams by (`fairshare.team_share`): GPUs held in the
+pool (less its ending leases, plus what this pass promised it) and its decayed recent use, per
+unit of weight. Any other measure would let the victim team's re-queued work, ordered first by
+that key, take the freed GPUs back on the next pass, and the requester preempt again (livelock).
 
 Only a request in the borrowing phase (its grant takes its team above its guarantee; a request
 within its guarantee reclaims instead), in a pool with `fair_share_preemption` on and at least
@@ -21,18 +18,25 @@ in order (the second only when the first finds no plan):
 1. `LessThanOrEqualToFinalShare`: the requester's share once granted is at most the victim team's
    share once the victim (and those chosen before it) are gone;
 2. `LessThanInitialShare`: the requester's share once granted is below the victim team's share
-   before this victim is taken.
-Either way the requester never ends above the team it takes from, so the victim team's
-re-queued work cannot preempt back (no ping-pong), and shares converge. Candidates: the teams
+   before this victim is taken; and, unlike Kueue, its share now (before the grant) is below the
+   victim team's once the victim is gone. Kueue orders teams by their share *after* admitting
+   the next workload, gpupool (water-filling) by the share before: without the second
+   condition the victim team's re-queued work would be ordered first for the very GPUs its
+   lease freed, and the requester would preempt again on every pass (found by the property
+   test of convergence).
+Either way, on the next pass the requester's key is below the victim team's, so it gets the
+freed GPUs, and the victim team's work cannot preempt back: its share would have to be below
+the requester's, which is below its own (no ping-pong). Shares then move only as recent use
+decays, at the half-life's pace, and no faster than the pool's interval. Candidates: the teams
 with the highest share first, then the lowest priority, the newest lease first.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 from allocation.policy import explain
+from allocation.policy.fairshare import team_share
 from allocation.policy.placement import Group
 from allocation.policy.preemption import Budget, BudgetFactory, Plan, Rule, search
 from allocation.policy.quota import QuotaBook
@@ -53,31 +57,20 @@ def enabled(view: PoolView | None, now: float) -> bool:
     return last is None or now - last >= view.fair_share_preemption_interval_s
 
 
-def share(borrowed: float, weight: float) -> float:
-    """GPUs borrowed per unit of weight; a team borrowing nothing has share 0 whatever its
-    weight, and a team of weight <= 0 that borrows is infinitely above its share."""
-    if borrowed <= 0:
-        return 0.0
-    return math.inf if weight <= 0 else borrowed / weight
-
-
 class Shares:
-    """The teams' borrowing in one pool, read from the quota book as the pass changes it."""
+    """The teams' fair-share keys in one pool, read from the quota book as the pass changes it."""
 
-    def __init__(self, quota: QuotaBook, pool: str, teams: Mapping[str, TeamView]) -> None:
-        self.quota, self.pool, self.teams = quota, pool, teams
-
-    def weight(self, team: str) -> float:
-        view = self.teams.get(team)
-        return view.weight if view is not None else 1.0
-
-    def borrowed(self, team: str, extra: int = 0) -> int:
-        """GPUs the team borrows, with `extra` more (negative: fewer)."""
-        return max(0, self.quota.committed(team, self.pool) + extra
-                   - self.quota.guaranteed(team, self.pool))
+    def __init__(self, quota: QuotaBook, pool: str, teams: Mapping[str, TeamView],
+                 half_life_s: float) -> None:
+        self.quota, self.pool, self.teams, self.half_life_s = quota, pool, teams, half_life_s
 
     def of(self, team: str, extra: int = 0) -> float:
-        return share(self.borrowed(team, extra), self.weight(team))
+        """The team's key with `extra` more GPUs (negative: fewer)."""
+        view = self.teams.get(team)
+        weight = view.weight if view is not None else 1.0
+        usage = view.decayed_usage if view is not None else 0.0
+        return team_share(usage, self.quota.committed(team, self.pool) + extra, weight,
+                          self.half_life_s)
 
 
 class _FairBudget(Budget):
@@ -87,22 +80,24 @@ class _FairBudget(Budget):
     def __init__(self, quota: QuotaBook, req: RequestView, shares: Shares, strategy: str) -> None:
         super().__init__(quota, req)
         self.shares, self.strategy = shares, strategy
-        self.mine = shares.of(req.team, req.gpus)
+        self.mine = shares.of(req.team, req.gpus)  # once granted
+        self.mine_now = shares.of(req.team)  # its key in the next pass's order
 
     def allows(self, lease: RunningLease) -> bool:
         if not super().allows(lease):
             return False
         taken = self.taken[lease.team]
+        after = self.shares.of(lease.team, -taken - lease.gpus)
         if self.strategy == LE_FINAL_SHARE:
-            return self.mine <= self.shares.of(lease.team, -taken - lease.gpus)
-        return self.mine < self.shares.of(lease.team, -taken)
+            return self.mine <= after
+        return self.mine < self.shares.of(lease.team, -taken) and self.mine_now < after
 
 
 def plan_fair_share(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[Group],
-                    now: float, teams: Mapping[str, TeamView]) -> Plan | None:
+                    now: float, teams: Mapping[str, TeamView], half_life_s: float) -> Plan | None:
     """The cheapest fair-share preemption that makes `req` fit in one placement, with the
     reasons its victims read; None when the rules allow none (see the module docstring)."""
-    shares = Shares(quota, pool.name, teams)
+    shares = Shares(quota, pool.name, teams, half_life_s)
     mine = shares.of(req.team, req.gpus)
     above = {team: value for team in quota.teams_in(pool.name)
              if team != req.team and (value := shares.of(team)) > mine}

@@ -7,6 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from allocation.policy import fifo
 from allocation.policy.fair import schedule
 from allocation.policy.types import PoolView, RequestView, RunningView, Snapshot
@@ -41,25 +44,48 @@ def test_a_team_below_its_share_preempts_borrowed_leases_of_the_team_above() -> 
     # The newest leases of the team above go first.
     assert victims(d) == {"a15", "a14", "a13", "a12"}
     reason = d.preemptions[0].reason
-    assert reason.startswith("preempted for fair share in pool p: team b (lease b-req0)")
-    assert "would borrow 4 GPUs per unit of weight, at most team a's 12" in reason
+    assert reason == ("preempted for fair share in pool p: team b's share would be 4 with lease b-req0, "
+                      "at most team a's 12 (GPUs held and recent use per unit of weight; team a was at 16, "
+                      "now 12)")
     assert "being freed by fair-share preemption of" in pendings(d)["b-req0"].reason
+
+
+class _Run:
+    """What `_replay` saw: GPUs held per team at the end, leases preempted per team, the
+    (requester team, victim team) pairs of fair-share preemptions, and whether it settled."""
+
+    def __init__(self) -> None:
+        self.held: Counter[str] = Counter()
+        self.preempted: Counter[str] = Counter()
+        self.directions: set[tuple[str, str]] = set()
+        self.settled = False
 
 
 def _replay(running: list[RunningView], pending: list[RequestView], *, weights: dict[str, float],
             quota: Any = None, passes: int = 12, **kw: Any) -> tuple[Counter[str], Counter[str]]:
+    seen = _run(running, pending, weights=weights, quota=quota, passes=passes, **kw)
+    assert seen.settled
+    return seen.held, seen.preempted
+
+
+def _run(running: list[RunningView], pending: list[RequestView], *, weights: dict[str, float],
+         quota: Any = None, passes: int = 12, gpus: Any = GPUS, **kw: Any) -> _Run:
     """Run passes as the engine would (preempted leases leave at once and re-queue, grants
-    join the running leases) until nothing changes; (GPUs held per team, preemptions per team)."""
-    preempted: Counter[str] = Counter()
+    join the running leases) until nothing changes."""
+    seen = _Run()
     now = NOW
     for _ in range(passes):
-        d = schedule(snap(GPUS, pending, running, teams=weights, quota=quota, now=now, pools=ON, **kw))
+        d = schedule(snap(gpus, pending, running, teams=weights, quota=quota, now=now, pools=ON, **kw))
         if not d.grants and not d.preemptions:
+            seen.settled = True
             break
+        team_of = {r.lease_id: r.team for r in running} | {r.lease_id: r.team for r in pending}
+        seen.directions |= {(team_of[p.by_lease_id], team_of[p.lease_id])
+                            for p in d.preemptions if p.kind == "fair_share"}
         stopped = victims(d)
         for lease in running:
             if lease.lease_id in stopped:
-                preempted[lease.team] += 1
+                seen.preempted[lease.team] += 1
                 pending.append(req(lease.lease_id, lease.team, len(lease.gpu_ids), created_at=lease.granted_at,
                                    same_host=False))
         given = grants(d)
@@ -68,10 +94,9 @@ def _replay(running: list[RunningView], pending: list[RequestView], *, weights: 
             for r in pending if r.lease_id in given]
         pending = [r for r in pending if r.lease_id not in given]
         now += 1000.0
-    held: Counter[str] = Counter()
     for lease in running:
-        held[lease.team] += len(lease.gpu_ids)
-    return held, preempted
+        seen.held[lease.team] += len(lease.gpu_ids)
+    return seen
 
 
 def test_equal_weights_converge_to_equal_shares_and_stay_there() -> None:
@@ -86,10 +111,18 @@ def test_weights_three_to_one_converge_to_twelve_and_four() -> None:
     assert preempted == {"b": 12}
 
 
-def test_only_borrowed_gpus_count_and_a_guarantee_is_never_taken() -> None:
-    quota = quotas(("a", 8, None), ("b", 0, None))
+def test_a_guarantee_is_never_taken() -> None:
+    quota = quotas(("a", 10, None), ("b", 0, None))
     held, _ = _replay(_holds_all(), _asks("b", 16), weights={"a": 1, "b": 1}, quota=quota)
-    assert held == {"a": 12, "b": 4}  # a borrows 4 above its 8, b borrows 4
+    assert held == {"a": 10, "b": 6}  # equal shares would be 8:8, but a keeps its 10
+
+
+def test_recent_use_counts_as_in_the_order_of_teams() -> None:
+    # b used 4 GPUs on average lately (the ledger in GPU-seconds over the mean life): its share
+    # is 4 higher than its holdings, so the shares meet at a 10, b 6.
+    usage = {"b": 4 * 168 * 3600 / 0.6931471805599453}
+    held, _ = _replay(_holds_all(), _asks("b", 16), weights={"a": 1, "b": 1}, usage=usage)
+    assert held == {"a": 10, "b": 6}
 
 
 def test_higher_priority_leases_are_never_preempted_for_fair_share() -> None:
@@ -153,3 +186,45 @@ def test_several_requests_in_one_pass_stop_at_equal_shares() -> None:
     d = schedule(s)
     assert len(victims(d)) == 8
     assert _shares_after(s, list(victims(d))) == {"a": 8}
+
+
+TEAM = st.tuples(st.integers(1, 3), st.integers(0, 6), st.integers(0, 16), st.integers(0, 12))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(TEAM, min_size=2, max_size=3))
+def test_shares_settle_and_no_two_teams_take_from_each_other(specs: list[tuple[int, int, int, int]]) -> None:
+    """Teams of random weight and guarantee, holding part of a full pool, all with 1-GPU work
+    waiting: fair-share preemption settles within a few passes, and never both ways."""
+    names = [f"t{i}" for i in range(len(specs))]
+    running: list[RunningView] = []
+    gpu_ids = iter(g.id for g in GPUS)
+    rows = []
+    room = len(GPUS)
+    for name, (_, guaranteed, holds, _) in zip(names, specs, strict=True):
+        rows.append((name, min(guaranteed, room), None))
+        room -= rows[-1][1]
+        for i in range(holds):
+            gid = next(gpu_ids, None)
+            if gid is not None:
+                running.append(run(f"{name}-run{i}", name, [gid], granted_at=100.0 + len(running)))
+    pending = [req(f"{name}-req{i}", name, 1, created_at=1000.0 + i, same_host=False)
+               for name, (_, _, _, waiting) in zip(names, specs, strict=True) for i in range(waiting)]
+    seen = _run(running, pending, weights={n: float(s[0]) for n, s in zip(names, specs, strict=True)},
+                quota=quotas(*rows), passes=40)
+    assert seen.settled
+    assert not any((b, a) in seen.directions for a, b in seen.directions)
+
+
+def test_the_second_strategy_takes_a_lease_too_large_for_the_first() -> None:
+    gpus = fleet([8, 10])
+    running = [run("a-big", "a", [g.id for g in gpus[:8]], granted_at=100.0),
+               run("a-small", "a", [g.id for g in gpus[8:12]], granted_at=200.0),
+               run("b-own", "b", [g.id for g in gpus[12:]], granted_at=150.0)]
+    d = schedule(snap(gpus, [req("b1", "b", 3, same_host=False)], running, now=NOW, pools=ON))
+    # Once granted b's share (9) would exceed a's after losing a-small (8): the first strategy
+    # refuses; the second allows it (9 < 12, and b's 6 now stays below a's 8), never a-big.
+    assert victims(d) == {"a-small"}
+    assert "would be 9 with lease b1, below team a's 12" in d.preemptions[0].reason
+    held, _ = _replay(running, [req("b1", "b", 3, same_host=False)], weights={"a": 1, "b": 1}, gpus=gpus)
+    assert held == {"a": 8, "b": 9}
