@@ -1,6 +1,6 @@
 """One scheduling pass at scale: 10,000 pending requests x 16,000 GPUs on 2,000 hosts.
 
-    .venv/bin/python bench/bench_policy.py [--repeat 5]
+    .venv/bin/python bench/bench_policy.py [--repeat 5] [--fair-share-preemption]
 
 Half the fleet is held by running leases (some preemptible best-effort, some borrowed), ten
 teams with quotas, mixed sizes (1/2/4/8 GPUs), priorities, models and same-host gangs. Prints the
@@ -16,6 +16,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +25,7 @@ from allocation.policy import get_policy
 from allocation.policy.types import (
     Decisions,
     GpuView,
+    PoolView,
     QuotaView,
     RequestView,
     RunningView,
@@ -73,7 +75,7 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
 def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, float, Decisions]:
     policy = get_policy(policy_name)
     fresh = Snapshot(snapshot.now, tuple(snapshot.gpus), snapshot.teams, snapshot.quotas,
-                     snapshot.running, snapshot.pending)
+                     snapshot.running, snapshot.pending, pools=snapshot.pools)
     start = time.perf_counter()
     decisions = policy(fresh)  # cold: first sight of this GPU tuple
     cold = time.perf_counter() - start
@@ -88,8 +90,12 @@ def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--fair-share-preemption", action="store_true",
+                        help="turn on the pool's fair-share preemption (fair policy only)")
     args = parser.parse_args()
     snapshot = build()
+    if args.fair_share_preemption:
+        snapshot = replace(snapshot, pools={POOL: PoolView(POOL, fair_share_preemption=True)})
     held = sum(len(r.gpu_ids) for r in snapshot.running)
     print(f"snapshot: {len(snapshot.gpus)} GPUs on 2000 hosts, {held} held by "
           f"{len(snapshot.running)} leases, {len(snapshot.pending)} pending")

@@ -297,8 +297,7 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
     for victim in chosen.victims:
         pool.stopped.add(victim.lease_id)
         quota.leaving[(victim.team, pool.name)] += victim.gpus
-        for key, count in victim.blocks.items():
-            pool.ending_free[key] += count
+        pool.add_ending(victim)
         same_team = victim.team == req.team
         real_kind = "priority" if same_team else kind
         reason = chosen.reasons.get(victim.lease_id) or explain.preempted(

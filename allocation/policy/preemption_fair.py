@@ -33,10 +33,12 @@ with the highest share first, then the lowest priority, the newest lease first.
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from allocation.policy import explain
-from allocation.policy.fairshare import team_share
+from allocation.policy.fairshare import mean_life
 from allocation.policy.placement import Group
 from allocation.policy.preemption import Budget, BudgetFactory, Plan, Rule, search
 from allocation.policy.quota import QuotaBook
@@ -58,35 +60,50 @@ def enabled(view: PoolView | None, now: float) -> bool:
 
 
 class Shares:
-    """The teams' fair-share keys in one pool, read from the quota book as the pass changes it."""
+    """The teams' fair-share keys in one pool (`fairshare.team_share`), from the quota book as it
+    stands while one plan is sought: worked out once per team, then a division per question."""
 
     def __init__(self, quota: QuotaBook, pool: str, teams: Mapping[str, TeamView],
                  half_life_s: float) -> None:
-        self.quota, self.pool, self.teams, self.half_life_s = quota, pool, teams, half_life_s
+        self.quota, self.pool, self.teams = quota, pool, teams
+        self.mean_life = mean_life(half_life_s)
+        self._terms: dict[str, tuple[float, float]] = {}  # team -> (use in GPUs + committed, weight)
 
     def of(self, team: str, extra: int = 0) -> float:
         """The team's key with `extra` more GPUs (negative: fewer)."""
-        view = self.teams.get(team)
-        weight = view.weight if view is not None else 1.0
-        usage = view.decayed_usage if view is not None else 0.0
-        return team_share(usage, self.quota.committed(team, self.pool) + extra, weight,
-                          self.half_life_s)
+        terms = self._terms.get(team)
+        if terms is None:
+            view = self.teams.get(team)
+            weight = view.weight if view is not None else 1.0
+            usage = view.decayed_usage if view is not None else 0.0
+            terms = self._terms[team] = (usage / self.mean_life
+                                         + self.quota.committed(team, self.pool), weight)
+        base, weight = terms
+        return math.inf if weight <= 0 else (base + extra) / weight
 
 
 class _FairBudget(Budget):
     """The victims one search may take under one strategy: each team's own guarantee (Budget),
-    then the share rule, counting the victims already taken from that team."""
+    then the share rule, counting the victims already taken from that team. Made once per host
+    a same-host search looks at: it only keeps what it took."""
 
-    def __init__(self, quota: QuotaBook, req: RequestView, shares: Shares, strategy: str) -> None:
+    def __init__(self, quota: QuotaBook, req: RequestView, rule: _ShareRule) -> None:
         super().__init__(quota, req)
+        self.rule = rule
+
+    def allows(self, lease: RunningLease) -> bool:
+        return super().allows(lease) and self.rule.allows(lease, self.taken[lease.team])
+
+
+class _ShareRule:
+    """One strategy's test of a victim, with the requester's keys worked out once per plan."""
+
+    def __init__(self, shares: Shares, req: RequestView, strategy: str) -> None:
         self.shares, self.strategy = shares, strategy
         self.mine = shares.of(req.team, req.gpus)  # once granted
         self.mine_now = shares.of(req.team)  # its key in the next pass's order
 
-    def allows(self, lease: RunningLease) -> bool:
-        if not super().allows(lease):
-            return False
-        taken = self.taken[lease.team]
+    def allows(self, lease: RunningLease, taken: int) -> bool:
         after = self.shares.of(lease.team, -taken - lease.gpus)
         if self.strategy == LE_FINAL_SHARE:
             return self.mine <= after
@@ -106,18 +123,21 @@ def plan_fair_share(pool: PoolState, quota: QuotaBook, req: RequestView, groups:
     candidates = sorted(
         (v for v in pool.leases if v.team in above and _admissible(v, req, now, pool.stopped)),
         key=lambda v: (-above[v.team], v.team, v.priority, -v.granted_at, v.lease_id))
+    if req.same_host:
+        candidates = _on_hosts_that_could_fit(pool, req, groups, candidates)
     for strategy in STRATEGIES:
         chosen = search(pool, quota, req, groups, Rule(
-            lambda: candidates, _budgets(shares, strategy), lambda v: (v.team, v.priority)))
+            lambda: candidates, _budgets(_ShareRule(shares, req, strategy)),
+            lambda v: (v.team, v.priority)))
         if chosen is not None and chosen.victims:
             _explain(chosen, req, shares, mine, strategy)
             return chosen
     return None
 
 
-def _budgets(shares: Shares, strategy: str) -> BudgetFactory:
+def _budgets(rule: _ShareRule) -> BudgetFactory:
     def budget(quota: QuotaBook, req: RequestView) -> Budget:
-        return _FairBudget(quota, req, shares, strategy)
+        return _FairBudget(quota, req, rule)
     return budget
 
 
@@ -137,6 +157,34 @@ def _possible(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Seque
     if extra <= 0 or extra + max(pool.index.free_in(g) for g in groups) < req.gpus:
         return False
     return not req.same_host or pool.victim_room(req.priority, frozenset(above), groups) >= req.gpus
+
+
+def _on_hosts_that_could_fit(pool: PoolState, req: RequestView, groups: Sequence[Group],
+                             candidates: list[RunningLease]) -> list[RunningLease]:
+    """The candidates with GPUs on a host where they, its free GPUs and those being freed could
+    hold the request (kinds ignored among the candidates: an upper bound). A same-host search
+    looks at every candidate until a host fits; most hosts of a busy pool never can."""
+    room: dict[str, int] = defaultdict(int)
+    for lease in candidates:
+        for (host, _), count in lease.blocks.items():
+            room[host] += count
+    # A bound on what any one host adds (its largest free blocks, its GPUs being freed) first:
+    # in a full pool it rules out most hosts with one comparison each.
+    ending: dict[str, int] = defaultdict(int)
+    for (host, _), count in pool.ending_free.items():
+        ending[host] += count
+    slack = max(sum(_largest_free(pool, kid) for kid in g.kinds) for g in groups) \
+        + max(ending.values(), default=0)
+    fit = {host for host, count in room.items()
+           if count + slack >= req.gpus and count + max(
+               pool.index.free_on(host, g) + pool.ending_on(host, g) for g in groups) >= req.gpus}
+    return [v for v in candidates if any(host in fit for host in v.hosts)]
+
+
+def _largest_free(pool: PoolState, kid: int) -> int:
+    """The most free GPUs of one kind on any one host."""
+    buckets = pool.index.buckets[kid]
+    return next((count for count in range(len(buckets) - 1, 0, -1) if buckets[count]), 0)
 
 
 def _explain(chosen: Plan, req: RequestView, shares: Shares, mine: float, strategy: str) -> None:

@@ -91,6 +91,7 @@ class PoolState:
         self._by_host: dict[str, list[RunningLease]] = defaultdict(list)
         # GPUs of ending leases no waiting request has claimed yet, by (host, kind id).
         self._ending_free: dict[tuple[str, int], int] = defaultdict(int)
+        self._ending_unclaimed = 0  # their sum, kept up to date: asked for every waiting request
 
     def _build(self) -> list[RunningLease]:
         leases: list[RunningLease] = []
@@ -105,6 +106,7 @@ class PoolState:
             if lease.ending:
                 for key, count in lease.blocks.items():
                     ending_free[key] += count
+                    self._ending_unclaimed += count
         for lease in self.fresh:
             for host in lease.hosts:
                 by_host[host].append(lease)
@@ -149,7 +151,14 @@ class PoolState:
     def any_ending_free(self) -> bool:
         if self._leases is None:
             return self.has_ending
-        return any(n > 0 for n in self._ending_free.values())
+        return self._ending_unclaimed > 0
+
+    def add_ending(self, lease: RunningLease) -> None:
+        """`lease` was told to stop in this pass: its GPUs are being freed, unclaimed yet."""
+        ending = self.ending_free
+        for key, count in lease.blocks.items():
+            ending[key] += count
+            self._ending_unclaimed += count
 
     def _preemptible_by_team(self) -> dict[str, tuple[list[int], list[int]]]:
         """Per team, the priorities (sorted) and cumulative GPUs of its leases preemptible now."""
@@ -252,6 +261,7 @@ class PoolState:
                 take = min(ending[key], gpus - claimed)
                 ending[key] -= take
                 claimed += take
+        self._ending_unclaimed -= claimed
         return claimed
 
 
