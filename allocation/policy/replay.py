@@ -241,8 +241,11 @@ class Replay:
             self._push(t + job.duration_s, _FINISH, req.lease_id)
             if cls.preemptible and cls.min_runtime_s > 0:
                 self._push(t + cls.min_runtime_s, _MATURE, req.lease_id)
-        fair_share_pools = {self._preempt(stop, t) for stop in decisions.preemptions
-                            if stop.kind == "fair_share"}
+        fair_share_pools = set()
+        for stop in decisions.preemptions:
+            pool = self._preempt(stop, t)
+            if stop.kind == "fair_share":
+                fair_share_pools.add(pool)
         for item in decisions.pending:
             if item.unsatisfiable:
                 self._unqueue(item.lease_id)
