@@ -125,6 +125,10 @@ class Replay:
         self.held_gpus: set[int] = set()
         self.held: dict[tuple[str, str], int] = defaultdict(int)
         self.waiting: dict[tuple[str, str], int] = defaultdict(int)  # pending GPUs
+        self.pool_waiting: dict[str, int] = defaultdict(int)  # pending GPUs per pool
+        # (team, (team, pool)) per pool: the books' keys, built once for the per-event measures.
+        self.team_keys = {pool: [(team, (team, pool)) for team in self.weights]
+                          for pool in self.capacity}
         self.waiting_jobs: dict[str, int] = defaultdict(int)
         self.usage = {t: 0.0 for t in self.weights}
         self.gpu_s: dict[str, float] = defaultdict(float)
@@ -183,11 +187,13 @@ class Replay:
             same_host=same_host, expected_duration_s=job.duration_s)
         self.job_of[lease_id] = job
         self.waiting[(job.team, pool)] += job.gpus
+        self.pool_waiting[pool] += job.gpus
         self.waiting_jobs[job.team] += 1
 
     def _unqueue(self, lease_id: str) -> RequestView:
         req = self.pending.pop(lease_id)
         self.waiting[(req.team, req.pool)] -= req.gpus
+        self.pool_waiting[req.pool] -= req.gpus
         self.waiting_jobs[req.team] -= 1
         return req
 
@@ -292,16 +298,16 @@ class Replay:
     def _measure_fairness(self, dt: float) -> None:
         """Integrate both fairness measures (module docstring) over the `dt` seconds before
         the current event, during which nothing changed."""
-        if sum(1 for n in self.waiting_jobs.values() if n > 0) >= 2:
-            for pool, capacity in self.capacity.items():
-                fair = self._entitlement(pool, capacity)
+        contended = sum(1 for n in self.waiting_jobs.values() if n > 0) >= 2
+        backlogged = False
+        for pool, capacity in self.capacity.items():
+            fair = self._entitlement(pool, capacity) if contended else None
+            if fair is not None:
                 for team, share in fair.items():
                     self.entitled[team] += share * dt
                     self.achieved[team] += self.held.get((team, pool), 0) * dt
                 self.contended_capacity_s += capacity * dt
-        backlogged = False
-        for pool, capacity in self.capacity.items():
-            index = self._backlogged_jain(pool, capacity)
+            index = self._backlogged_jain(pool, capacity, fair)
             if index is not None:
                 backlogged = True
                 self.backlogged_jain_s += index * capacity * dt
@@ -309,19 +315,18 @@ class Replay:
         if backlogged:
             self.backlogged_s += dt
 
-    def _backlogged_jain(self, pool: str, capacity: int) -> float | None:
+    def _backlogged_jain(self, pool: str, capacity: int,
+                         fair: dict[str, float] | None) -> float | None:
         """J(t) of the module docstring for `pool` in the current state; None while the pool is
-        not backlogged (no team waits there, or fewer than two teams have demand there)."""
-        waits = False
-        demand: list[tuple[str, int]] = []  # (team, held) of the teams with demand
-        for team in self.weights:
-            held, waiting = self.held.get((team, pool), 0), self.waiting.get((team, pool), 0)
-            if held or waiting:
-                demand.append((team, held))
-                waits = waits or waiting > 0
-        if not waits or len(demand) < 2:
+        not backlogged (no team waits there, or fewer than two teams have demand there).
+        `fair`: the pool's entitlement now, if already worked out."""
+        if not self.pool_waiting[pool]:
             return None
-        fair = self._entitlement(pool, capacity)
+        demand = [(team, held) for team, key in self.team_keys[pool]
+                  if (held := self.held.get(key, 0)) or self.waiting.get(key, 0)]
+        if len(demand) < 2:
+            return None
+        fair = fair or self._entitlement(pool, capacity)
         return jain([held / fair[team] for team, held in demand if fair[team] > 1e-9])
 
     def _entitlement(self, pool: str, capacity: int) -> dict[str, float]:
