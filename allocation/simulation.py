@@ -12,9 +12,12 @@ No Django. Semantics of the replay (the contract of `simulate`):
   its remaining duration (jobs that run on preemptible capacity checkpoint, as Gavel and
   Tiresias assume); `restart=True` makes it start over (no checkpoint), and its lost GPU time
   still counts as allocated.
+- Every pass sees the pools' settings (`pool_views`: fair-share preemption and its interval),
+  and the time of each pool's last fair-share preemption, as the live engine keeps it.
 - A trace job is one lease on one host when its pool has a host that large (`same_host`), else a
   multi-host gang. Its pool is the first pool (config order) with a GPU of its model large
   enough for it.
+The metrics, fairness included, are defined in `allocation.policy.replay`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +36,7 @@ from agents.simulated import DEFAULTS as SIMULATED_DEFAULTS
 from allocation.policy import get_policy
 from allocation.policy.matching import Kind, model_alternatives, model_matches
 from allocation.policy.replay import Job, Replay
-from allocation.policy.types import GpuView, PriorityClassView, QuotaView
+from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
 
 TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model")
 # The simulated connector's own defaults, so a replay sees the fleet `discover` would build.
@@ -127,6 +130,17 @@ class SimConfig:
     quotas: dict[tuple[str, str], QuotaView]
     priority_classes: dict[str, PriorityClassView]
     half_life_s: float
+    pools: dict[str, PoolView] = field(default_factory=dict)
+
+
+def pool_views(pools: Sequence[Mapping[str, Any]],
+               scheduler: Mapping[str, Any]) -> dict[str, PoolView]:
+    """The replay's settings per pool, from `pools:` and `scheduler:` in the `apply -f` format.
+    The one place that reads them for the simulator (both loaders below call it): for now every
+    pool has `PoolView`'s defaults; `scheduler.fair_share_preemption(_interval_s)` and their
+    per-pool overrides under `pools[].scheduler` belong here once the config parses them."""
+    del scheduler  # nothing to read in it yet
+    return {str(p["name"]): PoolView(str(p["name"])) for p in pools}
 
 
 def fleet_from_config(data: Mapping[str, Any]) -> tuple[GpuView, ...]:
@@ -156,8 +170,10 @@ def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
                                             bool(c.get("preemptible", False)),
                                             int(c.get("min_runtime_s", 0)), int(c.get("grace_s", 30)))
                for c in data.get("priority_classes") or []}
-    hours = float((data.get("scheduler") or {}).get("fair_share_half_life_hours", 168))
-    return SimConfig(fleet_from_config(data), teams, quotas, classes, hours * 3600.0)
+    scheduler = data.get("scheduler") or {}
+    hours = float(scheduler.get("fair_share_half_life_hours", 168))
+    return SimConfig(fleet_from_config(data), teams, quotas, classes, hours * 3600.0,
+                     pool_views(data.get("pools") or [], scheduler))
 
 
 def load_sim_config(path: str | Path) -> SimConfig:
@@ -169,7 +185,10 @@ def load_sim_config(path: str | Path) -> SimConfig:
     hours = cfg.scheduler.fair_share_half_life_hours if cfg.scheduler else 168.0
     return SimConfig(fleet_from_config({"sources": sources}), {t.name: t.weight for t in cfg.teams},
                      {(q.team, q.pool): q for q in cfg.quotas},
-                     {c.name: c for c in cfg.priority_classes}, hours * 3600.0)
+                     {c.name: c for c in cfg.priority_classes}, hours * 3600.0,
+                     # The parsed specs as the file's mappings: one reader of pool settings.
+                     pool_views([asdict(p) for p in cfg.pools],
+                                asdict(cfg.scheduler) if cfg.scheduler else {}))
 
 
 # --- the Alibaba GPU trace (cluster-trace-gpu-v2023) ---------------------------------------------
@@ -260,8 +279,10 @@ def _pools_for(jobs: Sequence[Job], fleet: Sequence[GpuView]) -> dict[int, tuple
 def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
              quotas: Mapping[tuple[str, str], QuotaView],
              priority_classes: Mapping[str, PriorityClassView], half_life_s: float = 168 * 3600.0,
-             policy_name: str = "fair", *, restart: bool = False) -> dict[str, Any]:
+             policy_name: str = "fair", *, restart: bool = False,
+             pools: Mapping[str, PoolView] | None = None) -> dict[str, Any]:
     """Replay `jobs` on `fleet` through policy `policy_name`; returns the CONTRACT's metrics.
+    `pools`: the pools' settings (`pool_views`); a pool left out has the defaults.
     Raises TraceError for a job naming an unknown priority class, RuntimeError if the policy
     ever grants a GPU twice or preempts an ending lease."""
     known = set(priority_classes) | {""}
@@ -271,7 +292,7 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
                          f"{bad[0].priority_class!r} (known: {', '.join(sorted(priority_classes))})")
     started = time.perf_counter()
     replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
-                    get_policy(policy_name), _pools_for(jobs, fleet), restart)
+                    get_policy(policy_name), _pools_for(jobs, fleet), restart, pools=pools)
     result = replay.run()
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result

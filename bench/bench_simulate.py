@@ -1,6 +1,6 @@
 """Trace replay at scale, fair policy against the FIFO baseline on the same input.
 
-    .venv/bin/python bench/bench_simulate.py [--jobs 100000] [--trace DIR | --no-alibaba]
+    .venv/bin/python bench/bench_simulate.py [--jobs 100000] [--trace DIR | --no-alibaba] [--table]
 
 1. A synthetic trace (`examples/traces/generate.py`, seed 1) of `--jobs` jobs on the fleet of
    `examples/traces/sim.yaml` (224 GPUs, three teams): replay time (target < 60 s for 100,000
@@ -10,6 +10,8 @@
    fleet (1,213 hosts, 6,212 GPUs), its pods the jobs; then the same jobs on 1/N of the nodes
    (`--alibaba-shrink`), where they contend. Skipped, saying so, when no folder is given.
 Wall time is what a user waits; CPU time is shown too, since a shared machine inflates wall time.
+`--table` prints only the README's table of the Alibaba trace, fair against FIFO, as Markdown
+rows (the single source of those figures: rerun it and paste the rows when the policy changes).
 """
 
 from __future__ import annotations
@@ -29,17 +31,20 @@ from generate import generate  # noqa: E402
 
 from allocation.policy.replay import Job  # noqa: E402
 from allocation.simulation import (  # noqa: E402
+    SimConfig,
     convert_alibaba,
     load_sim_config,
     sim_config_from_dict,
     simulate,
 )
 
+CAUSES = ("priority", "reclaim", "fair_share")
 
-def _run(jobs: list[Job], cfg: Any, policy: str) -> tuple[dict[str, Any], float]:
+
+def _run(jobs: list[Job], cfg: SimConfig, policy: str) -> tuple[dict[str, Any], float]:
     cpu = time.process_time()
     out = simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes, cfg.half_life_s,
-                   policy)
+                   policy, pools=cfg.pools)
     return out, time.process_time() - cpu
 
 
@@ -47,7 +52,7 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:5.2f}x" if b else "  n/a"
 
 
-def compare(title: str, jobs: list[Job], cfg: Any) -> None:
+def compare(title: str, jobs: list[Job], cfg: SimConfig) -> None:
     print(f"\n== {title}: {len(jobs):,} jobs on {len(cfg.gpus):,} GPUs")
     fifo, fifo_cpu = _run(jobs, cfg, "fifo")
     fair, fair_cpu = _run(jobs, cfg, "fair")
@@ -59,17 +64,58 @@ def compare(title: str, jobs: list[Job], cfg: Any) -> None:
         ("p95 wait s", fair["wait_s"]["p95"], fifo["wait_s"]["p95"]),
         ("mean JCT s", fair["jct_s"]["mean"], fifo["jct_s"]["mean"]),
         ("Jain index", fair["jain_index"], fifo["jain_index"]),
+        ("Jain backlogged", fair["jain_index_backlogged"], fifo["jain_index_backlogged"]),
     ]
     print(f"{'':16s}{'fair':>14s}{'fifo':>14s}{'fair/fifo':>11s}")
     for name, a, b in rows:
         print(f"{name:16s}{a:14,.4g}{b:14,.4g}{_ratio(a, b):>11s}")
-    print(f"fair: preemptions {fair['preemptions']:,}, quota violations "
+    causes = ", ".join(f"{c} {fair['preemptions_by_cause'][c]:,}" for c in CAUSES)
+    print(f"fair: preemptions {fair['preemptions']:,} ({causes}), quota violations "
           f"{fair['quota_violations']}, unplaceable {fair['unplaceable']}; "
           f"fifo: quota violations {fifo['quota_violations']}, unplaceable {fifo['unplaceable']}")
     for team, fig in fair["teams"].items():
         base = fifo["teams"][team]
         print(f"  {team:10s} entitled {fig['entitled_share']:.3f}  achieved fair "
               f"{fig['achieved_share']:.3f} / fifo {base['achieved_share']:.3f}")
+
+
+def shipped_trace(folder: Path, shrink: int) -> list[tuple[str, list[Job], SimConfig]]:
+    """The Alibaba openb trace on its whole node list, then on 1/`shrink` of the nodes of each
+    (model, size) group (groups that round to no node are left out): on its own 6,212 GPUs the
+    trace hardly contends (about 16 GPUs busy on average), so that the policies have work to do.
+    Raises FileNotFoundError, naming them, when the two CSVs are not both in `folder`."""
+    pods, nodes = folder / "openb_pod_list_default.csv", folder / "openb_node_list_gpu_node.csv"
+    if not pods.exists() or not nodes.exists():
+        raise FileNotFoundError(f"{pods.name} and {nodes.name} are not both in {folder}")
+    jobs, config = convert_alibaba(pods, nodes)
+    scaled = dict(config)
+    scaled["sources"] = [{**src, "hosts": round(src["hosts"] / shrink)}
+                         for src in config["sources"] if round(src["hosts"] / shrink) > 0]
+    scaled["quotas"] = []  # the whole fleet's guarantees would not fit on the small one
+    return [("the whole node list", jobs, sim_config_from_dict(config)),
+            (f"1/{shrink} of the nodes", jobs, sim_config_from_dict(scaled))]
+
+
+TABLE_HEAD = ("| Alibaba openb on | policy | jobs | GPUs | makespan h | utilization | "
+              "wait mean / p95 s | Jain | Jain backlogged (backlogged h) | "
+              "preemptions: priority / reclaim / fair share |\n" + "|---" * 10 + "|")
+
+
+def table_row(fleet: str, policy: str, cfg: SimConfig, out: dict[str, Any]) -> str:
+    """One Markdown row of the README's table for one replay's metrics."""
+    by_cause = " / ".join(f"{out['preemptions_by_cause'][c]:,}" for c in CAUSES)
+    return (f"| {fleet} | {policy} | {out['jobs']:,} | {len(cfg.gpus):,} | "
+            f"{out['makespan_s'] / 3600:,.1f} | "
+            f"{out['utilization']:.4f} | {out['wait_s']['mean']:,.0f} / {out['wait_s']['p95']:,.0f} | "
+            f"{out['jain_index']:.4f} | {out['jain_index_backlogged']:.4f} "
+            f"({out['backlogged_s'] / 3600:,.1f}) | {by_cause} |")
+
+
+def print_table(folder: Path, shrink: int) -> None:
+    print(TABLE_HEAD)
+    for fleet, jobs, cfg in shipped_trace(folder, shrink):
+        for policy in ("fair", "fifo"):
+            print(table_row(fleet, policy, cfg, _run(jobs, cfg, policy)[0]))
 
 
 def main() -> None:
@@ -80,7 +126,17 @@ def main() -> None:
     parser.add_argument("--no-alibaba", action="store_true")
     parser.add_argument("--alibaba-shrink", type=int, default=100,
                         help="also replay the Alibaba trace on 1/N of its nodes")
+    parser.add_argument("--table", action="store_true",
+                        help="print only the README's table rows for the Alibaba trace")
     args = parser.parse_args()
+    if args.table:
+        if args.trace is None:
+            parser.error("--table needs the Alibaba trace: give --trace DIR or set GPUPOOL_TRACE")
+        try:
+            print_table(args.trace, args.alibaba_shrink)
+        except FileNotFoundError as exc:
+            parser.error(str(exc))
+        return
     cfg = load_sim_config(ROOT / "examples" / "traces" / "sim.yaml")
     if args.jobs > 0:
         rows = generate(args.jobs, seed=1, capacity=len(cfg.gpus))
@@ -92,23 +148,13 @@ def main() -> None:
     if args.trace is None:
         print("\n(skipped the Alibaba trace: give --trace DIR or set GPUPOOL_TRACE; see the README)")
         return
-    pods, nodes = args.trace / "openb_pod_list_default.csv", args.trace / "openb_node_list_gpu_node.csv"
-    if not pods.exists() or not nodes.exists():
-        print(f"\n(skipped the Alibaba trace: {pods.name} and {nodes.name} are not both in {args.trace})")
+    try:
+        fleets = shipped_trace(args.trace, args.alibaba_shrink)
+    except FileNotFoundError as exc:
+        print(f"\n(skipped the Alibaba trace: {exc})")
         return
-    ali_jobs, ali_config = convert_alibaba(pods, nodes)
-    compare("Alibaba cluster-trace-gpu-v2023 (openb), the whole node list", ali_jobs,
-            sim_config_from_dict(ali_config))
-    # On its own 6,212 GPUs the trace hardly contends (about 16 GPUs busy on average): replay it
-    # on 1/N of the nodes of each (model, size) group too (groups that round to no node are
-    # left out), so that the policies have work to do.
-    scaled = dict(ali_config)
-    scaled["sources"] = [{**src, "hosts": round(src["hosts"] / args.alibaba_shrink)}
-                         for src in ali_config["sources"]
-                         if round(src["hosts"] / args.alibaba_shrink) > 0]
-    scaled["quotas"] = []  # the whole fleet's guarantees would not fit on the small one
-    compare(f"Alibaba openb on 1/{args.alibaba_shrink} of the nodes", ali_jobs,
-            sim_config_from_dict(scaled))
+    for fleet, ali_jobs, ali_cfg in fleets:
+        compare(f"Alibaba cluster-trace-gpu-v2023 (openb), {fleet}", ali_jobs, ali_cfg)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,36 @@
 policy function exactly as the live engine drives it. `allocation.simulation` reads the files
 and states the replay's semantics; this module keeps the clock and the books.
 
+Every pass sees the pools' settings (`Snapshot.pools`, a `PoolView` per pool); the replay keeps
+each pool's `last_fair_share_preemption` up to date: the simulated time of the last pass that
+preempted for fair share there, as the live engine records it.
+
 Metrics (CONTRACT `simulate`): utilization = allocated GPU-seconds / (capacity x makespan);
 JCT = completion - submit; wait = JCT - the job's duration (the time it made no progress:
-queueing, and for preempted jobs the grace and the re-queueing; after a restart, the lost run). Fairness is measured
-over *backlogged intervals* (at least two teams with pending work): each team's achieved GPUs
-against its entitlement (`fairshare.entitled_allocation` of its demand = held + pending, with
-its guarantee, limit and weight); `jain_index` is Jain's index of achieved/entitled over teams,
-1.0 when no interval was contended.
+queueing, and for preempted jobs the grace and the re-queueing; after a restart, the lost run).
+`preemptions` counts every preemption, `preemptions_by_cause` splits it by `Preemption.kind`
+(priority, reclaim, fair_share; all three keys always present).
+
+Fairness, two ways; both normalise what a team holds by its entitlement, the weighted
+water-filling of `fairshare.entitled_allocation` over the pool's capacity and the teams' demand
+(held + pending GPUs there), with their guarantees, limits and weights:
+- `jain_index`: over *backlogged intervals* (at least two teams with pending work), each team's
+  achieved GPU-seconds against its entitled GPU-seconds, summed over the run; Jain's index of
+  achieved/entitled over teams, 1.0 when no interval was contended. A team starved for an hour
+  and favoured the next can still score 1.0.
+- `jain_index_backlogged`: the same question asked at every instant. A pool is *backlogged*
+  while some team has pending work there and at least two teams have demand there (hold or wait
+  for GPUs of it). At such an instant, x_i = held_i / entitled_i over the teams with demand
+  (entitled_i > 0), and J(t) = (sum x_i)^2 / (n * sum x_i^2), Jain's index with each team's
+  throughput normalised by its fair allocation (Jain, Chiu and Hawe 1984). J(t) is averaged
+  over the backlogged time, each pool weighted by its capacity (capacity-seconds), 1.0 when no
+  pool was ever backlogged; `backlogged_s` is how long at least one pool was. When every team
+  with demand is backlogged and no quota binds, entitled_i is proportional to weight_i and
+  J(t) is Jain's index of the weighted shares held_i / weight_i. Normalising by the
+  entitlement rather than the weight alone keeps a team that holds more than its share
+  without waiting for more (FIFO's early flooder) in the index, and does not count a
+  guarantee or a limit the policy must honour as unfairness. The state is constant between
+  events, so J is integrated on the events the replay processes anyway (no sampling).
 """
 
 from __future__ import annotations
@@ -23,6 +46,8 @@ from allocation.policy.fairshare import entitled_allocation, ledger_update
 from allocation.policy.types import (
     Decisions,
     GpuView,
+    PoolView,
+    Preemption,
     PriorityClassView,
     QuotaView,
     RequestView,
@@ -32,6 +57,7 @@ from allocation.policy.types import (
 )
 
 _FINISH, _GRACE_END, _MATURE = 0, 1, 2
+CAUSES = ("priority", "reclaim", "fair_share")  # every `Preemption.kind`
 
 
 @dataclass(frozen=True)
@@ -63,11 +89,15 @@ def jain(values: Sequence[float]) -> float:
 
 
 class Replay:
+    """One replay: `run()` once. `placement` maps a job's index to (pool, same_host); `pools`
+    holds the pools' settings (a pool it leaves out has `PoolView`'s defaults)."""
+
     def __init__(self, jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
                  quotas: Mapping[tuple[str, str], QuotaView],
                  classes: Mapping[str, PriorityClassView], half_life_s: float,
                  policy: Callable[[Snapshot], Decisions],
-                 placement: Mapping[int, tuple[str, bool]], restart: bool = False) -> None:
+                 placement: Mapping[int, tuple[str, bool]], restart: bool = False, *,
+                 pools: Mapping[str, PoolView] | None = None) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.index))
         self.fleet, self.quotas, self.classes = fleet, quotas, classes
         self.half_life_s, self.policy, self.placement = half_life_s, policy, placement
@@ -79,6 +109,10 @@ class Replay:
         for g in fleet:
             if g.schedulable:
                 self.capacity[g.pool] += 1
+        # Replaced, never changed in place, when a pass preempts for fair share: a snapshot
+        # keeps the settings it was built with.
+        self.pools: Mapping[str, PoolView] = {
+            **{name: PoolView(name) for name in sorted(self.capacity)}, **(pools or {})}
         self.default_class = classes.get("default") or PriorityClassView("default")
         self.clock = self.jobs[0].submit_s if self.jobs else 0.0
         self.pending: dict[str, RequestView] = {}
@@ -91,12 +125,20 @@ class Replay:
         self.held_gpus: set[int] = set()
         self.held: dict[tuple[str, str], int] = defaultdict(int)
         self.waiting: dict[tuple[str, str], int] = defaultdict(int)  # pending GPUs
+        self.pool_waiting: dict[str, int] = defaultdict(int)  # pending GPUs per pool
+        # (team, (team, pool)) per pool: the books' keys, built once for the per-event measures.
+        self.team_keys = {pool: [(team, (team, pool)) for team in self.weights]
+                          for pool in self.capacity}
         self.waiting_jobs: dict[str, int] = defaultdict(int)
         self.usage = {t: 0.0 for t in self.weights}
         self.gpu_s: dict[str, float] = defaultdict(float)
         self.achieved: dict[str, float] = defaultdict(float)
         self.entitled: dict[str, float] = defaultdict(float)
         self.contended_capacity_s = 0.0
+        # jain_index_backlogged: the integral of J(t) x capacity, and of capacity, over the
+        # backlogged time of each pool; backlogged_s: the time some pool was backlogged.
+        self.backlogged_jain_s = self.backlogged_capacity_s = self.backlogged_s = 0.0
+        self.by_cause = dict.fromkeys(CAUSES, 0)
         self.allocated_s = 0.0
         self.waits: list[float] = []
         self.jcts: list[float] = []
@@ -145,11 +187,13 @@ class Replay:
             same_host=same_host, expected_duration_s=job.duration_s)
         self.job_of[lease_id] = job
         self.waiting[(job.team, pool)] += job.gpus
+        self.pool_waiting[pool] += job.gpus
         self.waiting_jobs[job.team] += 1
 
     def _unqueue(self, lease_id: str) -> RequestView:
         req = self.pending.pop(lease_id)
         self.waiting[(req.team, req.pool)] -= req.gpus
+        self.pool_waiting[req.pool] -= req.gpus
         self.waiting_jobs[req.team] -= 1
         return req
 
@@ -181,7 +225,8 @@ class Replay:
         decisions = self.policy(Snapshot(t, self.fleet, teams, self.quotas,
                                          tuple(self.running.values()),
                                          tuple(self.pending.values()), self.classes,
-                                         self.half_life_s, estimate_starts=False))
+                                         self.half_life_s, estimate_starts=False,
+                                         pools=self.pools))
         for grant in decisions.grants:
             req = self._unqueue(grant.lease_id)
             if len(set(grant.gpu_ids)) != req.gpus or self.held_gpus.intersection(grant.gpu_ids) \
@@ -202,21 +247,35 @@ class Replay:
             self._push(t + job.duration_s, _FINISH, req.lease_id)
             if cls.preemptible and cls.min_runtime_s > 0:
                 self._push(t + cls.min_runtime_s, _MATURE, req.lease_id)
+        fair_share_pools = set()
         for stop in decisions.preemptions:
-            victim = self.running.get(stop.lease_id)
-            if victim is None or victim.ending:
-                raise RuntimeError(f"policy preempted {stop.lease_id}, which is not running or "
-                                   "already ending")
-            grace = self._class(self.job_of[stop.lease_id]).grace_s
-            end = t + grace if victim.expected_end is None else min(victim.expected_end, t + grace)
-            self.running[stop.lease_id] = replace(victim, ending=True, expected_end=end)
-            self._push(t + grace, _GRACE_END, stop.lease_id)
-            self.preemptions += 1
+            pool = self._preempt(stop, t)
+            if stop.kind == "fair_share":
+                fair_share_pools.add(pool)
         for item in decisions.pending:
             if item.unsatisfiable:
                 self._unqueue(item.lease_id)
                 self.job_of.pop(item.lease_id, None)
                 self.unplaceable += 1
+        for pool in fair_share_pools:
+            self.pools = {**self.pools, pool: replace(self.pools.get(pool) or PoolView(pool),
+                                                      last_fair_share_preemption=t)}
+
+    def _preempt(self, stop: Preemption, t: float) -> str:
+        """Start the victim's grace; count the preemption by its cause. Returns its pool."""
+        victim = self.running.get(stop.lease_id)
+        if victim is None or victim.ending:
+            raise RuntimeError(f"policy preempted {stop.lease_id}, which is not running or "
+                               "already ending")
+        if stop.kind not in self.by_cause:
+            raise RuntimeError(f"policy preempted {stop.lease_id} for an unknown cause {stop.kind!r}")
+        grace = self._class(self.job_of[stop.lease_id]).grace_s
+        end = t + grace if victim.expected_end is None else min(victim.expected_end, t + grace)
+        self.running[stop.lease_id] = replace(victim, ending=True, expected_end=end)
+        self._push(t + grace, _GRACE_END, stop.lease_id)
+        self.preemptions += 1
+        self.by_cause[stop.kind] += 1
+        return victim.pool
 
     # --- books ------------------------------------------------------------------------------------
 
@@ -233,14 +292,42 @@ class Replay:
         for team, n in per_team.items():
             self.gpu_s[team] += n * dt
             self.allocated_s += n * dt
-        if sum(1 for n in self.waiting_jobs.values() if n > 0) >= 2:
-            for pool, capacity in self.capacity.items():
-                fair = self._entitlement(pool, capacity)
+        self._measure_fairness(dt)
+        self.clock = t
+
+    def _measure_fairness(self, dt: float) -> None:
+        """Integrate both fairness measures (module docstring) over the `dt` seconds before
+        the current event, during which nothing changed."""
+        contended = sum(1 for n in self.waiting_jobs.values() if n > 0) >= 2
+        backlogged = False
+        for pool, capacity in self.capacity.items():
+            fair = self._entitlement(pool, capacity) if contended else None
+            if fair is not None:
                 for team, share in fair.items():
                     self.entitled[team] += share * dt
                     self.achieved[team] += self.held.get((team, pool), 0) * dt
                 self.contended_capacity_s += capacity * dt
-        self.clock = t
+            index = self._backlogged_jain(pool, capacity, fair)
+            if index is not None:
+                backlogged = True
+                self.backlogged_jain_s += index * capacity * dt
+                self.backlogged_capacity_s += capacity * dt
+        if backlogged:
+            self.backlogged_s += dt
+
+    def _backlogged_jain(self, pool: str, capacity: int,
+                         fair: dict[str, float] | None) -> float | None:
+        """J(t) of the module docstring for `pool` in the current state; None while the pool is
+        not backlogged (no team waits there, or fewer than two teams have demand there).
+        `fair`: the pool's entitlement now, if already worked out."""
+        if not self.pool_waiting[pool]:
+            return None
+        demand = [(team, held) for team, key in self.team_keys[pool]
+                  if (held := self.held.get(key, 0)) or self.waiting.get(key, 0)]
+        if len(demand) < 2:
+            return None
+        fair = fair or self._entitlement(pool, capacity)
+        return jain([held / fair[team] for team, held in demand if fair[team] > 1e-9])
 
     def _entitlement(self, pool: str, capacity: int) -> dict[str, float]:
         demand = tuple(sorted((team, self.held.get((team, pool), 0) + self.waiting.get((team, pool), 0))
@@ -283,6 +370,10 @@ class Replay:
                       for t in sorted(self.weights)},
             "jain_index": round(jain(ratios), 4),
             "preemptions": self.preemptions,
+            "preemptions_by_cause": dict(self.by_cause),
+            "jain_index_backlogged": round(self.backlogged_jain_s / self.backlogged_capacity_s, 4)
+            if self.backlogged_capacity_s else 1.0,
+            "backlogged_s": round(self.backlogged_s, 3),
             "quota_violations": self.violations,
             "unplaceable": self.unplaceable,
             "wall_s": 0.0,

@@ -21,8 +21,12 @@ def test_simulate_prints_the_metrics_as_one_json_object(policy: str) -> None:
     result = json.loads(out.getvalue())
     assert result["jobs"] == 500 and result["quota_violations"] == 0
     assert set(result) == {"jobs", "makespan_s", "utilization", "wait_s", "jct_s", "teams",
-                           "jain_index", "preemptions", "quota_violations", "unplaceable",
-                           "wall_s"}
+                           "jain_index", "preemptions", "preemptions_by_cause",
+                           "jain_index_backlogged", "backlogged_s", "quota_violations",
+                           "unplaceable", "wall_s"}
+    assert set(result["preemptions_by_cause"]) == {"priority", "reclaim", "fair_share"}
+    assert result["preemptions"] == sum(result["preemptions_by_cause"].values())
+    assert 0 < result["jain_index_backlogged"] <= 1
 
 
 def test_simulate_says_which_trace_line_is_wrong(tmp_path: Path) -> None:

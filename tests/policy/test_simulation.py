@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from allocation.policy.replay import Job, jain, percentile
-from allocation.policy.types import PriorityClassView, QuotaView
+from allocation.policy import get_policy
+from allocation.policy.replay import Job, Replay, jain, percentile
+from allocation.policy.types import Decisions, PoolView, PriorityClassView, QuotaView, Snapshot
 from allocation.simulation import (
     TraceError,
     convert_alibaba,
@@ -77,6 +80,7 @@ def test_the_example_config_gives_the_simulated_fleet() -> None:
     assert cfg.quotas[("nlp", "training")] == QuotaView("nlp", "training", 64, 160)
     assert cfg.priority_classes["best-effort"].preemptible
     assert cfg.half_life_s == 168 * 3600
+    assert cfg.pools == {"training": PoolView("training")}
 
 
 def test_the_small_example_replays_with_sane_metrics() -> None:
@@ -92,11 +96,14 @@ def test_the_small_example_replays_with_sane_metrics() -> None:
         assert out["jct_s"]["mean"] >= out["wait_s"]["mean"]
         assert set(out["teams"]) == {"vision", "nlp", "research"}
         assert 0 < out["jain_index"] <= 1
+        assert 0 < out["jain_index_backlogged"] <= 1 and out["backlogged_s"] > 0
         assert sorted(out) == sorted([
             "jobs", "makespan_s", "utilization", "wait_s", "jct_s", "teams", "jain_index",
-            "preemptions", "quota_violations", "unplaceable", "wall_s"])
+            "preemptions", "preemptions_by_cause", "jain_index_backlogged", "backlogged_s",
+            "quota_violations", "unplaceable", "wall_s"])
+        assert out["preemptions"] == sum(out["preemptions_by_cause"].values())
         if policy == "fifo":
-            assert out["preemptions"] == 0
+            assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0}
 
 
 def test_a_lone_job_runs_at_once_and_the_metrics_are_exact() -> None:
@@ -166,6 +173,88 @@ def test_replays_are_deterministic() -> None:
     two = simulate(_contended(), fleet, {"a": 2}, {}, {})
     one.pop("wall_s"), two.pop("wall_s")
     assert one == two
+
+
+QUOTAS = {("a", "p"): QuotaView("a", "p", 4), ("b", "p"): QuotaView("b", "p", 4)}
+
+
+def _reclaim_then_priority() -> list[Job]:
+    """b borrows a's half of 8 GPUs with best-effort work; at 400 s (past min_runtime) a asks
+    for 2 GPUs within its guarantee (a reclaim of 2), at 500 s b asks for 1 at high priority
+    (its own best-effort lease: a priority preemption)."""
+    return [Job(i, 0.0, "b", 1, 1000.0, "best-effort") for i in range(8)] + \
+        [Job(8, 400.0, "a", 1, 100.0), Job(9, 400.0, "a", 1, 100.0),
+         Job(10, 500.0, "b", 1, 100.0, "high")]
+
+
+def test_preemptions_are_counted_by_cause() -> None:
+    fair = simulate(_reclaim_then_priority(), _fleet(1), {}, QUOTAS, CLASSES)
+    assert fair["preemptions_by_cause"] == {"priority": 1, "reclaim": 2, "fair_share": 0}
+    assert fair["preemptions"] == 3
+    fifo = simulate(_reclaim_then_priority(), _fleet(1), {}, QUOTAS, CLASSES, policy_name="fifo")
+    assert fifo["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0}
+
+
+def _relabelled(kind: str, seen: list[tuple[float, PoolView]]) -> Callable[[Snapshot], Decisions]:
+    """The fair policy, its preemptions relabelled `kind`; records each pass's pool p."""
+    fair = get_policy("fair")
+
+    def policy(snap: Snapshot) -> Decisions:
+        seen.append((snap.now, snap.pools["p"]))
+        decisions = fair(snap)
+        decisions.preemptions = [replace(p, kind=kind) for p in decisions.preemptions]
+        return decisions
+    return policy
+
+
+def test_every_pass_sees_the_pool_settings_and_its_last_fair_share_preemption() -> None:
+    jobs = _reclaim_then_priority()
+    seen: list[tuple[float, PoolView]] = []
+    settings = PoolView("p", fair_share_preemption=True, fair_share_preemption_interval_s=60.0)
+    out = Replay(jobs, _fleet(1), {}, QUOTAS, CLASSES, 3600.0, _relabelled("fair_share", seen),
+                 {j.index: ("p", True) for j in jobs}, pools={"p": settings}).run()
+    assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 3}
+    # Fair-share preemptions in the passes at 400 s and 500 s; each later pass sees the last.
+    assert [now for now, _ in seen][:5] == [0, 400, 430, 500, 530]
+    assert [view.last_fair_share_preemption for _, view in seen] == [
+        None if now <= 400 else 400 if now <= 500 else 500 for now, _ in seen]
+    assert {replace(view, last_fair_share_preemption=None) for _, view in seen} == {settings}
+
+
+def test_a_preemption_of_an_unknown_cause_is_refused() -> None:
+    jobs = _reclaim_then_priority()
+    replay = Replay(jobs, _fleet(1), {}, QUOTAS, CLASSES, 3600.0, _relabelled("whim", []),
+                    {j.index: ("p", True) for j in jobs})
+    with pytest.raises(RuntimeError, match="unknown cause 'whim'"):
+        replay.run()
+
+
+def _both_at(b_submit: float, per_team: int) -> list[Job]:
+    return [Job(i, 0.0, "a", 1, 100.0) for i in range(per_team)] + \
+        [Job(per_team + i, b_submit, "b", 1, 100.0) for i in range(per_team)]
+
+
+def test_jain_backlogged_is_one_for_teams_holding_their_weighted_share() -> None:
+    # 8 GPUs, 8 jobs each at once: 4 + 4 at equal weights, 6 + 2 at 3:1, for the first 100 s.
+    even = simulate(_both_at(0.0, 8), _fleet(1), {"a": 1, "b": 1}, {}, {})
+    weighted = simulate(_both_at(0.0, 8), _fleet(1), {"a": 3, "b": 1}, {}, {})
+    assert weighted["teams"]["a"]["achieved_share"] == 0.75
+    for out in (even, weighted):
+        assert out["jain_index_backlogged"] == 1.0 and out["backlogged_s"] == 100
+
+
+def test_jain_backlogged_counts_a_team_that_holds_too_much_without_waiting() -> None:
+    # FIFO: a takes 6 of 8 GPUs at 0 s and waits for nothing more; b comes at 1 s, gets 2 and
+    # waits for 4 until 100 s. Entitled 4 each: x = (6/4, 2/4), J = 2^2 / (2 (1.5^2 + 0.5^2)).
+    out = simulate(_both_at(1.0, 6), _fleet(1), {"a": 1, "b": 1}, {}, {}, policy_name="fifo")
+    assert out["backlogged_s"] == 99
+    assert out["jain_index_backlogged"] == pytest.approx(4 / (2 * (1.5 ** 2 + 0.5 ** 2)))
+    assert out["jain_index"] == 1.0  # only one team ever waits: the older index sees nothing
+
+
+def test_jain_backlogged_is_one_when_no_pool_was_ever_backlogged() -> None:
+    out = simulate([Job(0, 0.0, "a", 4, 10.0), Job(1, 0.0, "b", 4, 10.0)], _fleet(1), {}, {}, {})
+    assert out["jain_index_backlogged"] == 1.0 and out["backlogged_s"] == 0
 
 
 def test_percentiles_and_jain() -> None:

@@ -33,7 +33,8 @@ class Command(BaseCommand):
                 raise CommandError(f"{opts['config']}: no `simulated` source, so no fleet to "
                                    "replay on")
             result = simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes,
-                              cfg.half_life_s, opts["policy"], restart=opts["restart"])
+                              cfg.half_life_s, opts["policy"], restart=opts["restart"],
+                              pools=cfg.pools)
         except ConfigError as exc:
             raise CommandError("invalid config:\n" + "\n".join(exc.errors)) from None
         except (TraceError, OSError) as exc:
