@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.simulated import DEFAULTS as SIMULATED_DEFAULTS
+from allocation.config import POOL_SCHEDULER_KEYS, SchedulerSpec
 from allocation.policy import get_policy
 from allocation.policy.matching import Kind, model_alternatives, model_matches
 from allocation.policy.replay import Job, Replay
@@ -135,12 +136,21 @@ class SimConfig:
 
 def pool_views(pools: Sequence[Mapping[str, Any]],
                scheduler: Mapping[str, Any]) -> dict[str, PoolView]:
-    """The replay's settings per pool, from `pools:` and `scheduler:` in the `apply -f` format.
-    The one place that reads them for the simulator (both loaders below call it): for now every
-    pool has `PoolView`'s defaults; `scheduler.fair_share_preemption(_interval_s)` and their
-    per-pool overrides under `pools[].scheduler` belong here once the config parses them."""
-    del scheduler  # nothing to read in it yet
-    return {str(p["name"]): PoolView(str(p["name"])) for p in pools}
+    """The replay's settings per pool, from `pools:` and `scheduler:` in the `apply -f` format
+    (the one place that reads them for the simulator; both loaders below call it): a pool's own
+    `scheduler:` values where it sets them, else the `scheduler:` section's, else the defaults."""
+    default = SchedulerSpec()
+    views = {}
+    for pool in pools:
+        own = pool.get("scheduler") or {}
+        settings = {key: own.get(key) if own.get(key) is not None
+                    else scheduler.get(key, getattr(default, key)) for key in POOL_SCHEDULER_KEYS}
+        name = str(pool["name"])
+        views[name] = PoolView(name, share_across_teams=bool(pool.get("share_across_teams", False)),
+                               fair_share_preemption=bool(settings["fair_share_preemption"]),
+                               fair_share_preemption_interval_s=float(
+                                   settings["fair_share_preemption_interval_s"]))
+    return views
 
 
 def fleet_from_config(data: Mapping[str, Any]) -> tuple[GpuView, ...]:

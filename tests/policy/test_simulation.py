@@ -18,6 +18,7 @@ from allocation.simulation import (
     fleet_from_config,
     load_sim_config,
     load_trace,
+    pool_views,
     simulate,
     write_trace,
 )
@@ -80,7 +81,7 @@ def test_the_example_config_gives_the_simulated_fleet() -> None:
     assert cfg.quotas[("nlp", "training")] == QuotaView("nlp", "training", 64, 160)
     assert cfg.priority_classes["best-effort"].preemptible
     assert cfg.half_life_s == 168 * 3600
-    assert cfg.pools == {"training": PoolView("training")}
+    assert cfg.pools == {"training": PoolView("training", fair_share_preemption_interval_s=60.0)}
 
 
 def test_the_small_example_replays_with_sane_metrics() -> None:
@@ -300,3 +301,27 @@ def test_the_real_alibaba_trace_converts_in_full() -> None:
     assert len(jobs) == 6203  # GPU pods that were scheduled and deleted
     assert sum(s["hosts"] * s["gpus_per_host"] for s in config["sources"]) == 6212
     assert {j.team for j in jobs} == {"team-0", "team-1", "team-2", "team-3"}
+
+
+def test_pool_settings_come_from_the_pool_then_the_scheduler_section() -> None:
+    views = pool_views([{"name": "a", "scheduler": {"fair_share_preemption": True}},
+                        {"name": "b", "share_across_teams": True, "scheduler": None},
+                        {"name": "c", "scheduler": {"fair_share_preemption_interval_s": 5}}],
+                       {"fair_share_preemption": False, "fair_share_preemption_interval_s": 120})
+    assert views["a"] == PoolView("a", fair_share_preemption=True, fair_share_preemption_interval_s=120.0)
+    assert views["b"] == PoolView("b", share_across_teams=True, fair_share_preemption_interval_s=120.0)
+    assert views["c"] == PoolView("c", fair_share_preemption_interval_s=5.0)
+
+
+def test_fair_share_preemption_shows_in_the_replay_as_its_own_cause() -> None:
+    jobs = [Job(i, 0.0, "a", 1, 1000.0) for i in range(8)] + \
+        [Job(8 + i, 100.0, "b", 1, 100.0) for i in range(8)]
+    off = simulate(jobs, _fleet(1), {}, {}, CLASSES)
+    on = simulate(jobs, _fleet(1), {}, {}, CLASSES,
+                  pools={"p": PoolView("p", fair_share_preemption=True)})
+    assert off["preemptions_by_cause"]["fair_share"] == 0
+    # b takes half the pool back at once (4 of a's jobs), and again as its first jobs end.
+    assert on["preemptions_by_cause"]["fair_share"] >= 4
+    assert on["preemptions_by_cause"]["priority"] == on["preemptions_by_cause"]["reclaim"] == 0
+    assert on["wait_s"]["mean"] < off["wait_s"]["mean"]
+    assert on["jain_index_backlogged"] > off["jain_index_backlogged"]
