@@ -20,6 +20,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -111,11 +112,19 @@ def table_row(fleet: str, policy: str, cfg: SimConfig, out: dict[str, Any]) -> s
             f"({out['backlogged_s'] / 3600:,.1f}) | {by_cause} |")
 
 
+def with_fair_share_preemption(cfg: SimConfig) -> SimConfig:
+    """The same config with fair-share preemption on in every pool (the default interval)."""
+    return replace(cfg, pools={name: replace(view, fair_share_preemption=True)
+                               for name, view in cfg.pools.items()})
+
+
 def print_table(folder: Path, shrink: int) -> None:
     print(TABLE_HEAD)
     for fleet, jobs, cfg in shipped_trace(folder, shrink):
-        for policy in ("fair", "fifo"):
-            print(table_row(fleet, policy, cfg, _run(jobs, cfg, policy)[0]))
+        for label, policy, config in (("fair", "fair", cfg),
+                                      ("fair + fair-share preemption", "fair", with_fair_share_preemption(cfg)),
+                                      ("fifo", "fifo", cfg)):
+            print(table_row(fleet, label, config, _run(jobs, config, policy)[0]))
 
 
 def main() -> None:
