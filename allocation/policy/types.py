@@ -122,13 +122,13 @@ class Snapshot:
     running: tuple[RunningView, ...]
     pending: tuple[RequestView, ...]
     priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
-    pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
     # Fair-share half-life (scheduler.fair_share_half_life_hours in seconds). The policy divides
     # `TeamView.decayed_usage` by the mean life (half_life / ln 2) to express past use in GPUs.
     half_life_s: float = 168 * 3600.0
     # False: leave `Pending.estimated_start` empty where working it out is not needed for a
     # decision (the simulator). Decisions are the same either way.
     estimate_starts: bool = True
+    pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
 
 
 @dataclass(frozen=True)
