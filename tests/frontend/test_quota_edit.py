@@ -64,6 +64,9 @@ def test_weights_are_validated_and_audited(seeded: Any, client_for: Any) -> None
 def test_the_service_refuses_what_the_database_would_refuse(seeded: Any) -> None:
     quota = Quota.objects.get(team__name="nlp", pool__name="training")
     with pytest.raises(DomainError, match="below guaranteed"):
-        quota_set(quota=quota, guaranteed=5, limit=2, actor="root")
-    quota_set(quota=quota, guaranteed=8, limit=16, actor="root")  # unchanged: nothing written
+        quota_set(quota=quota, guaranteed=5, limit=2, lending_limit=None, actor="root")
+    with pytest.raises(DomainError, match="lending_limit 6 is above guaranteed 5") as err:
+        quota_set(quota=quota, guaranteed=5, limit=16, lending_limit=6, actor="root")
+    assert err.value.code == "invalid_quota" and list(err.value.details) == ["lending_limit"]
+    quota_set(quota=quota, guaranteed=8, limit=16, lending_limit=None, actor="root")  # unchanged: nothing written
     assert not AuditEvent.objects.filter(action="quota.update").exists()
