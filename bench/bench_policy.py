@@ -35,7 +35,9 @@ POOL = "training"
 NOW = 1_000_000.0
 
 
-def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
+def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool = False) -> Snapshot:
+    """`lending`: three teams guaranteed 1,600 lend none of it (Kueue's lendingLimit 0), so the
+    lending_limit gate has idle guarantee to keep back and works on every borrowing request."""
     rng = random.Random(seed)
     gpus: list[GpuView] = []
     for h in range(hosts):
@@ -46,6 +48,9 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
     teams = {f"team-{i}": TeamView(f"team-{i}", rng.choice((1.0, 2.0)), rng.random() * 1e8)
              for i in range(10)}
     quotas = {(t, POOL): QuotaView(t, POOL, 600, rng.choice((None, 4000))) for t in teams}
+    if lending:
+        for t in ("team-0", "team-1", "team-2"):
+            quotas[(t, POOL)] = QuotaView(t, POOL, 1600, quotas[(t, POOL)].limit, 0)
     running: list[RunningView] = []
     for h in range(hosts):
         ids = [g.id for g in gpus[h * 8:(h + 1) * 8] if g.schedulable]
@@ -88,8 +93,10 @@ def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--lending", action="store_true",
+                        help="three teams lend none of their guarantee (the lending_limit gate at work)")
     args = parser.parse_args()
-    snapshot = build()
+    snapshot = build(lending=args.lending)
     held = sum(len(r.gpu_ids) for r in snapshot.running)
     print(f"snapshot: {len(snapshot.gpus)} GPUs on 2000 hosts, {held} held by "
           f"{len(snapshot.running)} leases, {len(snapshot.pending)} pending")

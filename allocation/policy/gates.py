@@ -21,7 +21,7 @@ gates".
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from allocation.policy import explain
 from allocation.policy.placement import FreeIndex, Group, capacity_bound
@@ -43,38 +43,55 @@ class Refusal:
 Gate = Callable[[RequestView, Sequence[Group], "GateContext"], Refusal | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Lending:
     """What the `lending_limit` gate reads of one pool, built once per pass and only for a pool
     where some team lends less than its whole guarantee.
 
     `capacity` is max(C, ΣG): the pool's schedulable GPUs C (capacity units: a time-sliced
     replica is one) or, where guarantees add up to more, their sum, as Kueue counts quota rather
-    than machines. `unlent` holds (team, guaranteed, lending limit) of the teams whose lending
-    limit is below their guarantee: only they can keep idle GPUs back. `teams` are those whose
-    held and promised GPUs count in the pool: the quota holders and the teams holding GPUs there
-    when the pass began; a team joins when its first request reaches the gate, before it can be
-    granted or promised anything."""
+    than machines. `unlent` holds ((team, pool), guaranteed, lending limit) of the teams whose lending
+    limit is below their guarantee: only they can keep idle GPUs back. `keys` are the (team,
+    pool) of the teams whose held and promised GPUs count here: the quota holders and the teams
+    holding GPUs there when the pass began; a team joins when its first request reaches the
+    gate, before it can be granted or promised anything."""
 
     capacity: int
     guaranteed: Mapping[str, int]
-    unlent: tuple[tuple[str, int, int], ...]
-    teams: set[str] = field(default_factory=set)
+    unlent: tuple[tuple[tuple[str, str], int, int], ...]
+    keys: list[tuple[str, str]]
+    counted: set[tuple[str, str]]  # the keys, to look up
+    # The most the teams could ever keep back, Σ (guaranteed - lending limit): a request that
+    # fits in what nobody holds less this passes without looking at who keeps what.
+    kept_most: int = 0
 
     @classmethod
     def of(cls, state: PassState, pool: str) -> Lending | None:
         """None, and the gate costs nothing, when every team of the pool lends all its guarantee."""
         in_pool = [q for (_, name), q in state.quota.quotas.items() if name == pool]
-        unlent = tuple((q.team, q.guaranteed, q.lending_limit) for q in in_pool
+        unlent = tuple(((q.team, pool), q.guaranteed, q.lending_limit) for q in in_pool
                        if q.lending_limit is not None and q.lending_limit < q.guaranteed)
         if not unlent:
             return None
         capacity = sum(len(ids) for hosts in state.pool(pool).index.layout.capacity.values()
                        for ids in hosts.values())
         guaranteed = {q.team: q.guaranteed for q in in_pool}
-        teams = set(guaranteed) | {team for (team, name) in state.quota.held if name == pool}
-        teams.update(team for (team, name) in state.quota.promised if name == pool)
-        return cls(max(capacity, sum(guaranteed.values())), guaranteed, unlent, teams)
+        book = state.quota
+        keys = {(team, pool) for team in guaranteed}
+        keys.update(key for key in (*book.held, *book.promised) if key[1] == pool)
+        return cls(max(capacity, sum(guaranteed.values())), guaranteed, unlent, sorted(keys), keys,
+                   sum(g - limit for _, g, limit in unlent))
+
+    def join(self, key: tuple[str, str]) -> None:
+        if key not in self.counted:
+            self.counted.add(key)
+            self.keys.append(key)
+
+    def in_use(self, quota: QuotaBook) -> int:
+        """GPUs held or promised in the pool, every team together. Mapped in C over the keys:
+        it is read for every borrowing request, and the book changes as the pass goes."""
+        return sum(map(quota.held.__getitem__, self.keys)) + sum(
+            map(quota.promised.__getitem__, self.keys))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,16 +167,17 @@ def lending_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -
     if lending is None:
         return None
     quota, pool = ctx.quota, ctx.pool
-    lending.teams.add(req.team)  # from now on it may hold GPUs here: count them
-    if quota.within_guarantee(req.team, pool, req.gpus):
+    lending.join((req.team, pool))  # from now on it may hold GPUs here: count them
+    free = lending.capacity - lending.in_use(quota)
+    if req.gpus <= free - lending.kept_most or quota.within_guarantee(req.team, pool, req.gpus):
         return None
-    kept = [(team, guaranteed - limit - holds, guaranteed, limit)
-            for team, guaranteed, limit in lending.unlent
-            if team != req.team and (holds := quota.holds(team, pool)) < guaranteed - limit]
+    held, promised = quota.held, quota.promised
+    kept = [(key[0], guaranteed - limit - holds, guaranteed, limit)
+            for key, guaranteed, limit in lending.unlent
+            if key[0] != req.team and (holds := held[key] + promised[key]) < guaranteed - limit]
     if not kept:
         return None
-    room = (lending.capacity - sum(quota.holds(team, pool) for team in lending.teams)
-            - sum(k[1] for k in kept))
+    room = free - sum(k[1] for k in kept)
     if req.gpus <= room:
         return None
     holds, guaranteed = quota.holds(req.team, pool), lending.guaranteed.get(req.team, 0)
