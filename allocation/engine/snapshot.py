@@ -79,7 +79,8 @@ ORDER BY l.created_at DESC, l.id
 """
 
 QUOTA_SQL = """
-SELECT t.name, q.guaranteed, q."limit", q.lending_limit FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
+SELECT t.name, q.guaranteed, q."limit", q.lending_limit
+FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
 WHERE q.pool_id = %(pool)s ORDER BY t.name
 """
 

@@ -104,3 +104,14 @@ def test_export_writes_the_lending_limit_only_when_set_and_round_trips(tmp_path:
     assert "lending_limit" not in quotas["p2"]
     cfg = parse_config(yaml.safe_dump(config_export()), "export.yaml")
     assert config_apply(cfg) == []
+
+
+def test_the_simulator_reads_the_lending_limit_from_the_same_file(tmp_path: Path) -> None:
+    from allocation.simulation import load_sim_config, sim_config_from_dict
+
+    path = tmp_path / "sim.yaml"
+    path.write_text("quotas:\n  - {team: t, pool: p, guaranteed: 8, lending_limit: 2}\n"
+                    "sources:\n  - {name: s, kind: simulated, pool: p, hosts: 1, gpus_per_host: 8}\n")
+    assert load_sim_config(path).quotas[("t", "p")].lending_limit == 2
+    as_dict = sim_config_from_dict(yaml.safe_load(path.read_text()))
+    assert as_dict.quotas[("t", "p")].lending_limit == 2
