@@ -88,7 +88,7 @@ class TeamAdmin(AuditedAdmin):
 
 @admin.register(Quota)
 class QuotaAdmin(AuditedAdmin):
-    list_display = ["team", "pool", "guaranteed", "limit"]
+    list_display = ["team", "pool", "guaranteed", "limit", "lending_limit"]
     list_filter = ["pool", "team"]
     search_fields = ["team__name", "pool__name"]
     list_select_related = ["team", "pool"]

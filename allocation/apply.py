@@ -129,13 +129,25 @@ def _apply_quotas(cfg: Config, teams: dict[str, Team], pools: dict[str, Pool], c
     quotas = {(q.team.name, q.pool.name): q for q in Quota.objects.select_related("team", "pool")}
     for spec in cfg.quotas:
         quota = quotas.get((spec.team, spec.pool))
-        values = {"guaranteed": spec.guaranteed, "limit": spec.limit}
+        values = {"guaranteed": spec.guaranteed, "limit": spec.limit,
+                  "lending_limit": spec.lending_limit}
         if quota is None:
             Quota.objects.create(team=teams[spec.team], pool=pools[spec.pool], **values)
+            lending = ("" if spec.lending_limit is None
+                       else f", lending limit {spec.lending_limit}")
             changes.append(f"+ quota {spec.team}@{spec.pool}: guaranteed {spec.guaranteed}, "
-                           f"limit {spec.limit if spec.limit is not None else 'none'}")
+                           f"limit {spec.limit if spec.limit is not None else 'none'}{lending}")
         elif _set(quota, values, f"quota {spec.team}@{spec.pool}", changes):
             quota.save()
+
+
+def _quota_export(quota: Quota) -> dict[str, Any]:
+    """A quota as the file writes it; `lending_limit` only when set (null: all may be lent)."""
+    item: dict[str, Any] = {"team": quota.team.name, "pool": quota.pool.name,
+                            "guaranteed": quota.guaranteed, "limit": quota.limit}
+    if quota.lending_limit is not None:
+        item["lending_limit"] = quota.lending_limit
+    return item
 
 
 def _apply_priority_classes(cfg: Config, changes: list[str]) -> None:
@@ -210,8 +222,7 @@ def config_export() -> dict[str, Any]:
         "teams": [{"name": t.name, "weight": t.weight,
                    "members": sorted(u.username for u in t.members.all())}
                   for t in Team.objects.prefetch_related("members")],
-        "quotas": [{"team": q.team.name, "pool": q.pool.name, "guaranteed": q.guaranteed,
-                    "limit": q.limit} for q in Quota.objects.select_related("team", "pool")],
+        "quotas": [_quota_export(q) for q in Quota.objects.select_related("team", "pool")],
         "priority_classes": [{"name": c.name, "value": c.value, "preemptible": c.preemptible,
                               "min_runtime_s": c.min_runtime_s, "grace_s": c.grace_s}
                              for c in PriorityClass.objects.all()],

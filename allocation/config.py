@@ -293,17 +293,24 @@ def _check_team(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen
 
 
 def _check_quota(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"team", "pool", "guaranteed", "limit"}, {"team", "pool"}):
+    if not chk.keys(path, item, {"team", "pool", "guaranteed", "limit", "lending_limit"}, {"team", "pool"}):
         return
     team = chk.name((*path, "team"), item["team"], "team")
     pool = chk.name((*path, "pool"), item["pool"], "pool")
     guaranteed = chk.integer((*path, "guaranteed"), item.get("guaranteed", 0), "guaranteed")
     limit = chk.integer((*path, "limit"), item.get("limit"), "limit", nullable=True)
+    lending = chk.integer((*path, "lending_limit"), item.get("lending_limit"), "lending_limit",
+                          nullable=True)
+    bad = (limit is None and item.get("limit") is not None) or (
+        lending is None and item.get("lending_limit") is not None)
     if guaranteed is not None and limit is not None and limit < guaranteed:
         chk.error((*path, "limit"), f"limit {limit} is below guaranteed {guaranteed}")
-    elif team and pool and guaranteed is not None and (limit is not None or item.get("limit") is None):
+    elif guaranteed is not None and lending is not None and lending > guaranteed:
+        chk.error((*path, "lending_limit"), f"lending_limit {lending} is above guaranteed "
+                                            f"{guaranteed}: a team lends at most its guarantee")
+    elif team and pool and guaranteed is not None and not bad:
         chk.unique(path, seen, (team, pool), "quota for team/pool")
-        cfg.quotas.append(QuotaSpec(team, pool, guaranteed, limit))
+        cfg.quotas.append(QuotaSpec(team, pool, guaranteed, limit, lending))
 
 
 def _check_priority_class(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any],

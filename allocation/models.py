@@ -37,6 +37,10 @@ class Quota(models.Model):
     guaranteed = models.PositiveIntegerField(default=0)
     limit = models.PositiveIntegerField(null=True, blank=True,
                                         help_text="Ceiling; empty means it may borrow all idle GPUs.")
+    lending_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Part of the guarantee other teams may borrow while the team leaves it idle "
+                  "(Kueue's lendingLimit); empty means all of it.")
     # Not columns: set on the instances by `allocation.selectors.quota_list`.
     used: int
     borrowed: int
@@ -48,6 +52,10 @@ class Quota(models.Model):
             models.UniqueConstraint(fields=["team", "pool"], name="quota_unique_team_pool"),
             models.CheckConstraint(condition=Q(limit__isnull=True) | Q(limit__gte=F("guaranteed")),
                                    name="quota_limit_not_below_guaranteed"),
+            # A team lends at most what it is guaranteed.
+            models.CheckConstraint(condition=Q(lending_limit__isnull=True)
+                                   | Q(lending_limit__lte=F("guaranteed")),
+                                   name="quota_lending_limit_within_guaranteed"),
         ]
 
     def __str__(self) -> str:

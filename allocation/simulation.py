@@ -174,7 +174,7 @@ def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
     """A SimConfig from a config mapping in the `apply -f` format (already validated, or trusted)."""
     teams = {t["name"]: float(t.get("weight", 1)) for t in data.get("teams") or []}
     quotas = {(q["team"], q["pool"]): QuotaView(q["team"], q["pool"], int(q.get("guaranteed", 0)),
-                                                q.get("limit"))
+                                                q.get("limit"), q.get("lending_limit"))
               for q in data.get("quotas") or []}
     classes = {c["name"]: PriorityClassView(c["name"], int(c.get("value", 0)),
                                             bool(c.get("preemptible", False)),

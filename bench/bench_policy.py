@@ -1,6 +1,6 @@
 """One scheduling pass at scale: 10,000 pending requests x 16,000 GPUs on 2,000 hosts.
 
-    .venv/bin/python bench/bench_policy.py [--repeat 5] [--fair-share-preemption]
+    .venv/bin/python bench/bench_policy.py [--repeat 5] [--fair-share-preemption] [--lending]
 
 Half the fleet is held by running leases (some preemptible best-effort, some borrowed), ten
 teams with quotas, mixed sizes (1/2/4/8 GPUs), priorities, models and same-host gangs. Prints the
@@ -37,7 +37,9 @@ POOL = "training"
 NOW = 1_000_000.0
 
 
-def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
+def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool = False) -> Snapshot:
+    """`lending`: three teams guaranteed 1,600 lend none of it (Kueue's lendingLimit 0), so the
+    lending_limit gate has idle guarantee to keep back and works on every borrowing request."""
     rng = random.Random(seed)
     gpus: list[GpuView] = []
     for h in range(hosts):
@@ -48,6 +50,9 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000) -> Snapshot:
     teams = {f"team-{i}": TeamView(f"team-{i}", rng.choice((1.0, 2.0)), rng.random() * 1e8)
              for i in range(10)}
     quotas = {(t, POOL): QuotaView(t, POOL, 600, rng.choice((None, 4000))) for t in teams}
+    if lending:
+        for t in ("team-0", "team-1", "team-2"):
+            quotas[(t, POOL)] = QuotaView(t, POOL, 1600, quotas[(t, POOL)].limit, 0)
     running: list[RunningView] = []
     for h in range(hosts):
         ids = [g.id for g in gpus[h * 8:(h + 1) * 8] if g.schedulable]
@@ -92,8 +97,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--fair-share-preemption", action="store_true",
                         help="turn on the pool's fair-share preemption (fair policy only)")
+    parser.add_argument("--lending", action="store_true",
+                        help="three teams lend none of their guarantee (the lending_limit gate at work)")
     args = parser.parse_args()
-    snapshot = build()
+    snapshot = build(lending=args.lending)
     if args.fair_share_preemption:
         snapshot = replace(snapshot, pools={POOL: PoolView(POOL, fair_share_preemption=True)})
     held = sum(len(r.gpu_ids) for r in snapshot.running)

@@ -14,15 +14,24 @@ class QuotaForm(forms.Form):
     guaranteed = forms.IntegerField(min_value=0, max_value=10**6, label="Guaranteed")
     limit = forms.IntegerField(min_value=0, max_value=10**6, required=False, label="Limit",
                                help_text="Empty: may borrow every idle GPU of the pool.")
+    lending_limit = forms.IntegerField(min_value=0, max_value=10**6, required=False, label="Lends",
+                                       help_text="Of the guarantee, what other teams may borrow "
+                                                 "while it is idle. Empty: all of it.")
 
     def clean(self) -> dict[str, Any]:
         super().clean()
         data = self.cleaned_data
         guaranteed, limit = data.get("guaranteed"), data.get("limit")
+        lending = data.get("lending_limit")
         if guaranteed is not None and limit is not None and limit < guaranteed:
             raise forms.ValidationError(
                 f"Limit {limit} is below guaranteed {guaranteed}: the team could never reach its "
                 "guarantee. Raise the limit or lower the guarantee.", code="invalid_quota")
+        if guaranteed is not None and lending is not None and lending > guaranteed:
+            self.add_error("lending_limit", forms.ValidationError(
+                f"Lending limit {lending} is above guaranteed {guaranteed}: a team lends at most "
+                "its guarantee. Lower the lending limit or raise the guarantee.",
+                code="invalid_quota"))
         return data
 
 

@@ -198,11 +198,14 @@ class QuotaSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Quota
-        fields = ["id", "team", "pool", "guaranteed", "limit", "used", "borrowed", "pending"]
+        fields = ["id", "team", "pool", "guaranteed", "limit", "lending_limit", "used", "borrowed", "pending"]
         read_only_fields = fields
         extra_kwargs = {"id": {"help_text": "Numeric id (used in the PATCH URL)."},
                         "guaranteed": {"help_text": "GPUs the team can always reach, by preemption if need be."},
-                        "limit": {"help_text": "Ceiling on GPUs held; null: may borrow all idle GPUs."}}
+                        "limit": {"help_text": "Ceiling on GPUs held; null: may borrow all idle GPUs."},
+                        "lending_limit": {"help_text": "GPUs of the guarantee other teams may borrow while the "
+                                                       "team leaves them idle (Kueue's lendingLimit; at most "
+                                                       "`guaranteed`); null: all of it."}}
 
 
 class QuotaUpdateSerializer(StrictSerializer):
@@ -210,6 +213,10 @@ class QuotaUpdateSerializer(StrictSerializer):
                                           help_text="New guaranteed GPUs.")
     limit = serializers.IntegerField(required=False, min_value=0, max_value=10**6, allow_null=True,
                                      help_text="New limit; null removes the ceiling.")
+    lending_limit = serializers.IntegerField(
+        required=False, min_value=0, max_value=10**6, allow_null=True,
+        help_text="New lending limit, at most the guarantee (the new one, if also given); null lets "
+                  "all of the guarantee be lent.")
 
 
 class PriorityClassSerializer(serializers.ModelSerializer):

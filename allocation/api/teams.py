@@ -95,7 +95,8 @@ class QuotaViewSet(mixins.UpdateModelMixin, ReadOnlyViewSet):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         quota_set(quota=quota, guaranteed=data.get("guaranteed", quota.guaranteed),
-                  limit=data.get("limit", quota.limit), actor=request.user.username)
+                  limit=data.get("limit", quota.limit),
+                  lending_limit=data.get("lending_limit", quota.lending_limit), actor=request.user.username)
         return self.retrieve(request, *args, **kwargs)
 
 

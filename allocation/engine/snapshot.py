@@ -88,7 +88,8 @@ ORDER BY l.created_at DESC, l.id
 """
 
 QUOTA_SQL = """
-SELECT t.name, q.guaranteed, q."limit" FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
+SELECT t.name, q.guaranteed, q."limit", q.lending_limit
+FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
 WHERE q.pool_id = %(pool)s ORDER BY t.name
 """
 
@@ -276,8 +277,8 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     with _MEMO_LOCK:
         _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, running_views, pending_views)
 
-    quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit)
-              for team, guaranteed, limit in _read(QUOTA_SQL, {"pool": pool.pk})}
+    quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
+              for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}
     classes = {name: PriorityClassView(name, value, bool(preemptible), min_rt, grace)
                for name, value, preemptible, min_rt, grace in _read(CLASS_SQL, {})}
     sched = SchedulerSettings.current()

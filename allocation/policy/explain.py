@@ -70,6 +70,20 @@ def at_limit(req: RequestView, limit: int, holds: int) -> str:
             f"(holds or awaits {holds}, asks for {req.gpus})")
 
 
+def lending_limit(req: RequestView, borrows: int, guaranteed: int, may_lend: int,
+                  kept: Sequence[tuple[str, int, int, int]]) -> str:
+    """A borrowing request beyond what the other teams of the pool may lend now. `kept`:
+    (team, idle guaranteed GPUs it keeps unlent, guaranteed, lending limit) per such team."""
+    kept = sorted(kept, key=lambda k: (-k[1], k[0]))
+    teams = "; ".join(f"team {team} keeps {_gpus(n)} of its idle guarantee unlent "
+                      f"(guaranteed {g}, lending limit {limit})"
+                      for team, n, g, limit in kept[:_MAX_NAMES])
+    if len(kept) > _MAX_NAMES:
+        teams += f"; and {len(kept) - _MAX_NAMES} more teams"
+    return (f"would borrow {_gpus(borrows)} above team {req.team}'s guarantee {guaranteed} in "
+            f"pool {req.pool}, but only {may_lend} may be lent now: {teams}")
+
+
 def at_limit_until_ending(at_limit_reason: str, leaving: int) -> str:
     return f"{at_limit_reason}; waiting for its own ending leases to free {_gpus(leaving)}"
 

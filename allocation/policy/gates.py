@@ -43,6 +43,57 @@ class Refusal:
 Gate = Callable[[RequestView, Sequence[Group], "GateContext"], Refusal | None]
 
 
+@dataclass(slots=True)
+class Lending:
+    """What the `lending_limit` gate reads of one pool, built once per pass and only for a pool
+    where some team lends less than its whole guarantee.
+
+    `capacity` is max(C, ΣG): the pool's schedulable GPUs C (capacity units: a time-sliced
+    replica is one) or, where guarantees add up to more, their sum, as Kueue counts quota rather
+    than machines. `unlent` holds ((team, pool), guaranteed, lending limit) of the teams whose lending
+    limit is below their guarantee: only they can keep idle GPUs back. `keys` are the (team,
+    pool) of the teams whose held and promised GPUs count here: the quota holders and the teams
+    holding GPUs there when the pass began; a team joins when its first request reaches the
+    gate, before it can be granted or promised anything."""
+
+    capacity: int
+    guaranteed: Mapping[str, int]
+    unlent: tuple[tuple[tuple[str, str], int, int], ...]
+    keys: list[tuple[str, str]]
+    counted: set[tuple[str, str]]  # the keys, to look up
+    # The most the teams could ever keep back, Σ (guaranteed - lending limit): a request that
+    # fits in what nobody holds less this passes without looking at who keeps what.
+    kept_most: int = 0
+
+    @classmethod
+    def of(cls, state: PassState, pool: str) -> Lending | None:
+        """None, and the gate costs nothing, when every team of the pool lends all its guarantee."""
+        in_pool = [q for (_, name), q in state.quota.quotas.items() if name == pool]
+        unlent = tuple(((q.team, pool), q.guaranteed, q.lending_limit) for q in in_pool
+                       if q.lending_limit is not None and q.lending_limit < q.guaranteed)
+        if not unlent:
+            return None
+        capacity = sum(len(ids) for hosts in state.pool(pool).index.layout.capacity.values()
+                       for ids in hosts.values())
+        guaranteed = {q.team: q.guaranteed for q in in_pool}
+        book = state.quota
+        keys = {(team, pool) for team in guaranteed}
+        keys.update(key for key in (*book.held, *book.promised) if key[1] == pool)
+        return cls(max(capacity, sum(guaranteed.values())), guaranteed, unlent, sorted(keys), keys,
+                   sum(g - limit for _, g, limit in unlent))
+
+    def join(self, key: tuple[str, str]) -> None:
+        if key not in self.counted:
+            self.counted.add(key)
+            self.keys.append(key)
+
+    def in_use(self, quota: QuotaBook) -> int:
+        """GPUs held or promised in the pool, every team together. Mapped in C over the keys:
+        it is read for every borrowing request, and the book changes as the pass goes."""
+        return sum(map(quota.held.__getitem__, self.keys)) + sum(
+            map(quota.promised.__getitem__, self.keys))
+
+
 @dataclass(frozen=True, slots=True)
 class GateContext:
     """What the gates read, computed once per pool and pass (never per request)."""
@@ -53,12 +104,13 @@ class GateContext:
     # "No GPU could ever match" is final: no GPU of the pool is out of service and might return.
     definitive: bool
     limits: Mapping[str, int]  # team -> its limit in this pool; teams without one are absent
+    lending: Lending | None = None  # None: every team of the pool lends all its guarantee
 
     @classmethod
     def of(cls, state: PassState, pool: str) -> GateContext:
         pool_state = state.pool(pool)
         return cls(pool, pool_state.index, state.quota, definitive(pool_state),
-                   state.quota.limits_in(pool))
+                   state.quota.limits_in(pool), Lending.of(state, pool))
 
 
 def asks_for_gpus(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
@@ -101,9 +153,42 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     return None
 
 
+def lending_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
+    """Kueue's lendingLimit, per pool: a team lends others at most `lending_limit` of the
+    guarantee it leaves idle; the rest stays free for it. A request that would take its team
+    above its guarantee is refused while granting it would leave fewer unheld GPUs (counted
+    against max(C, ΣG), held and promised GPUs of every team taken off) than the other teams
+    keep back: Σ max(0, guaranteed − holds − lending limit). That is Kueue's rule, borrowing ≤
+    max(0, C − ΣG) + Σ min(lending limit, idle guarantee), after the grant. A request within
+    its guarantee always passes (guarantees stay reachable), and so does every request while no
+    other team keeps idle GPUs back. Waiting can lift it (those teams' own use, or leases
+    ending): never final."""
+    lending = ctx.lending
+    if lending is None:
+        return None
+    quota, pool = ctx.quota, ctx.pool
+    lending.join((req.team, pool))  # from now on it may hold GPUs here: count them
+    free = lending.capacity - lending.in_use(quota)
+    if req.gpus <= free - lending.kept_most or quota.within_guarantee(req.team, pool, req.gpus):
+        return None
+    held, promised = quota.held, quota.promised
+    kept = [(key[0], guaranteed - limit - holds, guaranteed, limit)
+            for key, guaranteed, limit in lending.unlent
+            if key[0] != req.team and (holds := held[key] + promised[key]) < guaranteed - limit]
+    if not kept:
+        return None
+    room = free - sum(k[1] for k in kept)
+    if req.gpus <= room:
+        return None
+    holds, guaranteed = quota.holds(req.team, pool), lending.guaranteed.get(req.team, 0)
+    borrows = holds + req.gpus - max(guaranteed, holds)
+    may_lend = max(0, room - max(0, guaranteed - holds))  # its own idle guarantee is not lent
+    return Refusal("lending_limit", explain.lending_limit(req, borrows, guaranteed, may_lend, kept))
+
+
 # In order: the first refusal is the reason the user reads, so a rule that cannot change by
 # waiting goes before one that can.
-GATES: tuple[Gate, ...] = (asks_for_gpus, gpus_match, fits_pool, team_limit)
+GATES: tuple[Gate, ...] = (asks_for_gpus, gpus_match, fits_pool, team_limit, lending_limit)
 
 
 def admit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:

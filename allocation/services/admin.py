@@ -33,32 +33,51 @@ def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
     return host
 
 
-def _text(value: int | None) -> str:
-    return "none" if value is None else str(value)
+def _text(key: str, value: int | None) -> str:
+    if value is None:
+        return "all" if key == "lending_limit" else "none"
+    return str(value)
 
 
-def quota_set(*, quota: Quota, guaranteed: int, limit: int | None, actor: str) -> Quota:
-    """Set a quota's guaranteed share and limit (None: may borrow all idle GPUs); audited.
-
-    Raises DomainError (code `invalid_quota`) when the limit is below the guarantee: a team could
-    then never reach what it is promised. A call that changes nothing writes nothing."""
+def _quota_check(guaranteed: int, limit: int | None, lending_limit: int | None) -> None:
+    """Raise DomainError (code `invalid_quota`, the field named in `details`) for values a quota
+    may not take."""
     if limit is not None and limit < guaranteed:
-        raise DomainError(f"limit {limit} is below guaranteed {guaranteed}: a team must be able to reach "
-                          "its guarantee", code="invalid_quota")
+        message = (f"limit {limit} is below guaranteed {guaranteed}: a team must be able to reach "
+                   "its guarantee")
+        raise DomainError(message, code="invalid_quota", details={"limit": [message]})
+    if lending_limit is not None and not 0 <= lending_limit <= guaranteed:
+        message = (f"lending_limit {lending_limit} is above guaranteed {guaranteed}: a team lends "
+                   "at most its guarantee" if lending_limit > guaranteed
+                   else f"lending_limit must be 0 or more, got {lending_limit}")
+        raise DomainError(message, code="invalid_quota", details={"lending_limit": [message]})
+
+
+def quota_set(*, quota: Quota, guaranteed: int, limit: int | None, lending_limit: int | None,
+              actor: str) -> Quota:
+    """Set a quota's guaranteed share, limit (None: may borrow all idle GPUs) and lending limit
+    (the part of the guarantee others may borrow while it is idle; None: all of it); audited.
+
+    Raises DomainError (code `invalid_quota`, the field in `details`) when the limit is below
+    the guarantee (a team could then never reach what it is promised) or the lending limit above
+    it (a team lends at most its guarantee: lowering the guarantee below the lending limit in
+    force is refused too); nothing is written then. A call that changes nothing writes nothing."""
+    _quota_check(guaranteed, limit, lending_limit)
     with transaction.atomic():
         quota = Quota.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota.pk)
-        before = {"guaranteed": quota.guaranteed, "limit": quota.limit}
-        after = {"guaranteed": guaranteed, "limit": limit}
+        before = {"guaranteed": quota.guaranteed, "limit": quota.limit, "lending_limit": quota.lending_limit}
+        after = {"guaranteed": guaranteed, "limit": limit, "lending_limit": lending_limit}
         changed = {k: v for k, v in after.items() if before[k] != v}
         if not changed:
             return quota
-        quota.guaranteed, quota.limit = guaranteed, limit
-        quota.save(update_fields=["guaranteed", "limit"])
+        quota.guaranteed, quota.limit, quota.lending_limit = guaranteed, limit, lending_limit
+        quota.save(update_fields=["guaranteed", "limit", "lending_limit"])
         audit(actor=actor, action="quota.update", obj=quota,
               message=f"quota {quota.team.name}@{quota.pool.name}: " + ", ".join(
-                  f"{k} {_text(before[k])} → {_text(v)}" for k, v in changed.items()),
+                  f"{k} {_text(k, before[k])} → {_text(k, v)}" for k, v in changed.items()),
               data={"before": {k: before[k] for k in changed}, "after": changed}).save()
-    # A larger guarantee or limit may let waiting leases start (or reclaim borrowed GPUs).
+    # A larger guarantee, limit or lending limit may let waiting leases start (or reclaim
+    # borrowed GPUs).
     transaction.on_commit(lambda: request_pass(quota.pool_id))
     return quota
 

@@ -34,7 +34,7 @@ def _quota_row(request: HttpRequest, quota_id: int, form: QuotaForm | None, stat
 
 @admin_required
 def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
-    """POST guaranteed/limit for one quota. HTMX gets the re-rendered row (422 with the reason
+    """POST guaranteed/limit/lending limit for one quota. HTMX gets the re-rendered row (422 with the reason
     when refused); a plain form post is redirected back to the page with a message."""
     quota = get_object_or_404(Quota.objects.select_related("team", "pool"), pk=quota_id)
     if request.method != "POST":
@@ -44,7 +44,7 @@ def quota_edit(request: HttpRequest, quota_id: int) -> HttpResponse:
     if form.is_valid():
         try:
             quota_set(quota=quota, guaranteed=form.cleaned_data["guaranteed"], limit=form.cleaned_data["limit"],
-                      actor=request.user.get_username())
+                      lending_limit=form.cleaned_data["lending_limit"], actor=request.user.get_username())
         except DomainError as exc:
             error = exc.message
             form.add_error(None, error)

@@ -63,6 +63,18 @@ def test_a_quota_limit_below_its_guarantee_is_refused_by_the_database(fleet) -> 
 
 
 @pytest.mark.django_db
+def test_a_lending_limit_above_its_guarantee_is_refused_by_the_database(fleet) -> None:
+    _, team, pool, _, _ = fleet
+    Quota.objects.filter(team=team, pool=pool).update(guaranteed=8, limit=None, lending_limit=8)
+    with pytest.raises(IntegrityError) as err, transaction.atomic():
+        Quota.objects.filter(team=team, pool=pool).update(guaranteed=8, lending_limit=9)
+    assert "quota_lending_limit_within_guaranteed" in str(err.value)
+    with pytest.raises(IntegrityError), transaction.atomic():  # nor by lowering the guarantee
+        Quota.objects.filter(team=team, pool=pool).update(guaranteed=7)
+    assert Quota.objects.get(team=team, pool=pool).lending_limit == 8
+
+
+@pytest.mark.django_db
 def test_a_lease_for_zero_gpus_is_refused_by_the_database(fleet) -> None:
     user, team, pool, pc, _ = fleet
     with pytest.raises(IntegrityError), transaction.atomic():

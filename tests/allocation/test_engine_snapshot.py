@@ -54,7 +54,8 @@ def reference(pool: Pool):
                                r.created_at.timestamp(), r.model, r.min_memory_mb, r.same_host,
                                r.min_driver_version, r.min_cuda_version, float(r.ttl_seconds))
         for r in Lease.objects.filter(pool=pool, state="pending").select_related("team", "priority_class")}
-    quotas = {(q.team.name, pool.name): QuotaView(q.team.name, pool.name, q.guaranteed, q.limit)
+    quotas = {(q.team.name, pool.name): QuotaView(q.team.name, pool.name, q.guaranteed, q.limit,
+                                                  q.lending_limit)
               for q in Quota.objects.filter(pool=pool).select_related("team")}
     classes = {pc.name: PriorityClassView(pc.name, pc.value, pc.preemptible, pc.min_runtime_s, pc.grace_s)
                for pc in PriorityClass.objects.all()}
@@ -81,6 +82,7 @@ def mixed_pool(fleet, leases):
     pool = fleet(hosts=3)
     spare = Pool.objects.get(name="spare")
     Quota.objects.create(team=Team.objects.get(name="a"), pool=pool, guaranteed=4, limit=12)
+    Quota.objects.create(team=Team.objects.get(name="b"), pool=pool, guaranteed=6, lending_limit=2)
     hosts = list(Host.objects.filter(gpus__pool=pool).distinct().order_by("name"))
     gpus = {h.name: list(Gpu.objects.filter(host=h).order_by("index")) for h in hosts}
     first, second, _ = (gpus[h.name] for h in hosts)
@@ -123,6 +125,7 @@ def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:
     assert {p.lease_id: p for p in snapshot.pending} == pending and len(pending) == 3
     assert sorted(pending_rows) == sorted(pending)
     assert snapshot.quotas == quotas and snapshot.priority_classes == classes
+    assert snapshot.quotas[("b", mixed_pool.name)].lending_limit == 2
     expected_teams = reference_usage(now)
     assert list(snapshot.teams) == list(expected_teams)
     for name, team in snapshot.teams.items():

@@ -111,6 +111,10 @@ class TestQuotaPatch(EndpointPermissions):
     method, path, body, expect = "patch", "/api/v1/quotas/{quota}/", {"limit": 20}, ADMIN_ONLY
 
 
+class TestQuotaLendingLimitPatch(EndpointPermissions):
+    method, path, body, expect = "patch", "/api/v1/quotas/{quota}/", {"lending_limit": 2}, ADMIN_ONLY
+
+
 class TestPriorityClassList(EndpointPermissions):
     path = "/api/v1/priority-classes/"
 

@@ -58,11 +58,13 @@ def bar_numbers(page: Any) -> dict[tuple[str, str], dict[str, Any]]:
     for i in range(rows.count()):
         row = rows.nth(i)
         limit = row.locator('[data-q="limit"]').inner_text()
+        lends = row.locator('[data-q="lending_limit"]').inner_text()
         out[(row.get_attribute("data-team"), row.get_attribute("data-pool"))] = {
             "used": int(row.locator('[data-q="used"]').inner_text()),
             "borrowed": int(row.locator('[data-q="borrowed"]').text_content()),
             "guaranteed": int(row.locator('[data-q="guaranteed"]').inner_text()),
             "limit": None if limit == "none" else int(limit),
+            "lending_limit": None if lends == "all" else int(lends),
         }
     return out
 
@@ -83,7 +85,8 @@ def test_member_sees_their_teams_and_numbers_match_the_api(live_server: Any, see
     shown, api = bar_numbers(page), api_quotas(base, seeded.users["dave"])
     assert set(shown) == {("research", "training"), ("research", "inference")}  # only dave's team
     for key, numbers in shown.items():
-        assert numbers == {k: api[key][k] for k in ("used", "borrowed", "guaranteed", "limit")}, key
+        assert numbers == {k: api[key][k] for k in ("used", "borrowed", "guaranteed", "limit",
+                                                    "lending_limit")}, key
     assert shown[("research", "training")]["borrowed"] == 8
     assert page.locator('[data-team="research"] [data-q="rank"]').inner_text().startswith("#")
     assert page.get_by_role("button", name=re.compile("Save quota")).count() == 0  # members cannot edit
@@ -157,6 +160,20 @@ def test_admin_cordons_edits_quotas_and_moves_capacity(live_server: Any, seeded:
     page.wait_for_selector('.quota-row[data-team="nlp"][data-pool="training"] .saved')
     assert api_quotas(base, seeded.users["root"])[("nlp", "training")]["limit"] == 20
     assert bar_numbers(page)[("nlp", "training")]["guaranteed"] == 10
+    # The lending limit: above the guarantee is refused with the field named; at most it is saved.
+    row = page.locator('.quota-row[data-team="nlp"][data-pool="training"]')
+    row.get_by_label("Lends").fill("12")
+    row.get_by_role("button", name="Save quota of nlp in training").click()
+    page.wait_for_selector('.quota-row[data-team="nlp"][data-pool="training"] [role=alert]')
+    alert = page.locator('.quota-row[data-team="nlp"][data-pool="training"] [role=alert]').inner_text()
+    assert "Lends: Lending limit 12 is above guaranteed 10" in alert
+    assert api_quotas(base, seeded.users["root"])[("nlp", "training")]["lending_limit"] is None
+    row = page.locator('.quota-row[data-team="nlp"][data-pool="training"]')
+    row.get_by_label("Lends").fill("3")
+    row.get_by_role("button", name="Save quota of nlp in training").click()
+    page.wait_for_selector('.quota-row[data-team="nlp"][data-pool="training"] .saved')
+    assert api_quotas(base, seeded.users["root"])[("nlp", "training")]["lending_limit"] == 3
+    assert bar_numbers(page)[("nlp", "training")]["lending_limit"] == 3
     shoot(page, shots, "quotas-admin")
 
     # Capacity: moving demo-node-1 (research's 8 borrowed GPUs) to inference, where research may hold 4.

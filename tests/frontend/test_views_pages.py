@@ -57,6 +57,8 @@ def test_quotas_show_used_guaranteed_limit_and_standing(seeded: Any, client_for:
     admin_page = client_for(seeded.users["root"]).get("/quotas/")
     assert [t.standing["rank"] for t in admin_page.context["teams"]] == [1, 2, 3]  # in fair-share order
     assert "Save quota of nlp in training" in admin_page.content.decode()
+    assert 'name="lending_limit"' in admin_page.content.decode()
+    assert 'data-q="lending_limit">all<' in response.content.decode()  # members see it, unset
 
 
 def test_fleet_marks_states_nests_mig_slices_and_shows_host_errors(seeded: Any, client_for: Any) -> None:

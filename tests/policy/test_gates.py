@@ -13,7 +13,7 @@ from allocation.policy.fifo import schedule as fifo
 from allocation.policy.gates import GateContext, Refusal, admit
 from allocation.policy.placement import Group
 from allocation.policy.state import PassState, build_pass
-from allocation.policy.types import Decisions, RequestView, Snapshot
+from allocation.policy.types import Decisions, QuotaView, RequestView, Snapshot
 from tests.policy.factories import fleet, grants, pendings, quotas, req, run, snap
 
 GPUS = fleet(2)  # two hosts of 8
@@ -28,7 +28,8 @@ def _refusal(snapshot: Snapshot, request: RequestView) -> Refusal | None:
 
 
 def test_the_gates_are_one_ordered_list() -> None:
-    order = (gates.asks_for_gpus, gates.gpus_match, gates.fits_pool, gates.team_limit)
+    order = (gates.asks_for_gpus, gates.gpus_match, gates.fits_pool, gates.team_limit,
+             gates.lending_limit)
     assert order == gates.GATES
 
 
@@ -128,3 +129,103 @@ def test_the_gate_context_is_built_once_per_pool_and_pass(
     gpus = GPUS + fleet(1, pool="q", prefix="q", start_id=101)
     policy(snap(gpus, [req(f"r{i}", "a", 1, pool="pq"[i % 2]) for i in range(40)]))
     assert sorted(built) == ["p", "q"]
+
+
+# --- lending_limit ---------------------------------------------------------------------------------
+
+
+def _lending(*rows: tuple[str, int, int | None, int | None]) -> dict[tuple[str, str], QuotaView]:
+    """(team, guaranteed, limit, lending limit) per quota of pool p."""
+    return {(t, "p"): QuotaView(t, "p", g, lim, lend) for t, g, lim, lend in rows}
+
+
+LENDER = _lending(("lender", 8, None, 2))  # 16 GPUs: 8 unguaranteed, 2 of lender's 8 lendable
+KEEPS_6 = ("team lender keeps 6 GPUs of its idle guarantee unlent "
+           "(guaranteed 8, lending limit 2)")
+
+
+def test_borrowing_beyond_what_idle_teams_lend_waits_with_who_keeps_what() -> None:
+    assert _refusal(snap(GPUS, quota=LENDER), req("r", "a", 10, same_host=False)) is None
+    refusal = _refusal(snap(GPUS, quota=LENDER), req("r", "a", 11, same_host=False))
+    assert refusal == Refusal("lending_limit", "would borrow 11 GPUs above team a's guarantee 0 in "
+                                               f"pool p, but only 10 may be lent now: {KEEPS_6}")
+
+
+def test_what_may_be_lent_counts_every_team_holding_and_the_lenders_own_use() -> None:
+    others = [run("x", "x", range(1, 7))]  # 6 of the 8 unguaranteed GPUs are borrowed already
+    refusal = _refusal(snap(GPUS, running=others, quota=LENDER), req("r", "a", 5))
+    assert refusal is not None and "only 4 may be lent now" in refusal.message
+    # The lender's own use comes out of what it keeps back: using 3 of its 8 it keeps 3 back
+    # (8 - 3 - 2), and the same 4 may be lent.
+    busy = [*others, run("own", "lender", range(9, 12))]
+    assert _refusal(snap(GPUS, running=busy, quota=LENDER), req("r", "a", 4)) is None
+    refusal = _refusal(snap(GPUS, running=busy, quota=LENDER), req("r", "a", 5))
+    assert refusal is not None and refusal.message.endswith(
+        "only 4 may be lent now: team lender keeps 3 GPUs of its idle guarantee unlent "
+        "(guaranteed 8, lending limit 2)")
+
+
+def test_a_request_within_its_guarantee_is_never_refused_by_the_lending_limit() -> None:
+    quota = _lending(("lender", 8, None, 0), ("a", 8, None, None))
+    assert _refusal(snap(GPUS, quota=quota), req("r", "a", 8)) is None
+    refusal = _refusal(snap(GPUS, quota=quota), req("r", "a", 9, same_host=False))
+    # Its own idle guarantee (8) is its to use, not lent to it: nothing more may be lent.
+    assert refusal is not None and refusal.message.startswith(
+        "would borrow 1 GPU above team a's guarantee 8 in pool p, but only 0 may be lent now")
+
+
+def test_the_lending_limit_costs_nothing_while_every_team_lends_its_whole_guarantee() -> None:
+    whole = _lending(("lender", 8, None, 8), ("other", 8, None, None))
+    state = build_pass(snap(GPUS, quota=whole), {"p"})
+    assert GateContext.of(state, "p").lending is None
+    assert _refusal(snap(GPUS, quota=whole), req("r", "a", 16, same_host=False)) is None
+
+
+def test_a_lender_that_uses_its_unlent_part_keeps_nothing_back() -> None:
+    used = [run("own", "lender", range(9, 15))]  # 6 = guaranteed - lending limit
+    assert _refusal(snap(GPUS, running=used, quota=LENDER), req("r", "a", 10, same_host=False)) is None
+
+
+def test_the_limit_gate_wins_over_the_lending_limit() -> None:
+    quota = {**LENDER, **_lending(("a", 0, 4, None))}
+    refusal = _refusal(snap(GPUS, quota=quota), req("r", "a", 12, same_host=False))
+    assert refusal is not None and refusal.code == "over_limit"
+
+
+def test_guarantees_above_the_pool_count_as_quota_as_kueue_does() -> None:
+    # Guarantees of 20 on 16 GPUs: the lender's 2 lendable GPUs may be borrowed, no more.
+    quota = _lending(("lender", 8, None, 2), ("busy", 12, None, None))
+    busy = [run("b", "busy", range(1, 13))]
+    assert _refusal(snap(GPUS, running=busy, quota=quota), req("r", "a", 2)) is None
+    refusal = _refusal(snap(GPUS, running=busy, quota=quota), req("r", "a", 3))
+    assert refusal is not None and "only 2 may be lent now" in refusal.message
+
+
+@POLICIES
+def test_both_policies_keep_a_borrower_beyond_the_lending_limit_pending(
+        policy: Callable[[Snapshot], Decisions]) -> None:
+    pending = [req("big", "a", 11, same_host=False, created_at=0), req("fits", "a", 4, created_at=1),
+               req("more", "b", 8, created_at=2)]
+    d = policy(snap(GPUS, pending, quota=LENDER))
+    assert set(grants(d)) == {"fits"} and grants(d)["fits"].borrowed
+    assert {k: (p.reason, p.unsatisfiable) for k, p in pendings(d).items()} == {
+        "big": ("would borrow 11 GPUs above team a's guarantee 0 in pool p, but only 10 may be "
+                f"lent now: {KEEPS_6}", False),
+        # 4 granted in this pass: the book the gate reads changes as the pass goes.
+        "more": ("would borrow 8 GPUs above team b's guarantee 0 in pool p, but only 6 may be "
+                 f"lent now: {KEEPS_6}", False),
+    }
+
+
+@POLICIES
+def test_what_the_lender_keeps_back_stays_free_for_it(
+        policy: Callable[[Snapshot], Decisions]) -> None:
+    borrowed = [run("x", "x", range(1, 11), borrowed=True)]  # 8 unguaranteed + the 2 lent
+    pending = [req("more", "a", 1, created_at=0), req("own", "lender", 6, created_at=1)]
+    d = policy(snap(GPUS, pending, borrowed, quota=LENDER))
+    assert set(grants(d)) == {"own"} and not grants(d)["own"].borrowed
+    # FIFO reaches "more" first, while the lender keeps 6 back; the fair policy serves the
+    # guarantee first, and then nothing is kept back: "more" merely waits for room.
+    expected = (f"only 0 may be lent now: {KEEPS_6}" if policy is fifo
+                else "waiting for 1 GPU on one host; none is free in pool p")
+    assert pendings(d)["more"].reason.endswith(expected)

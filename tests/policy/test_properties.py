@@ -280,3 +280,55 @@ def teams_at_their_limit(draw: st.DrawFn) -> Snapshot:
 def test_teams_at_their_limit_end_within_it(snapshot: Snapshot) -> None:
     _check_final_limits(snapshot)
     _check_grants(snapshot, fair)
+
+
+@st.composite
+def lending_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Empty pools (nothing running, so nothing is promised or preempted and what a team holds
+    is what the pass granted it), quotas with random lending limits, a queue of requests."""
+    gpus: list[GpuView] = []
+    for h in range(draw(st.integers(1, 4))):
+        pool = draw(st.sampled_from(("p", "q")))
+        for _ in range(draw(st.integers(1, 8))):
+            gpus.append(GpuView(len(gpus) + 1, pool, f"{pool}-h{h}", MODELS[0], 81559))
+    quotas: dict[tuple[str, str], QuotaView] = {}
+    for team in TEAMS:
+        for pool in ("p", "q"):
+            if draw(st.booleans()):
+                guaranteed = draw(st.integers(0, 12))
+                lending = draw(st.one_of(st.none(), st.integers(0, guaranteed)))
+                quotas[(team, pool)] = QuotaView(team, pool, guaranteed, None, lending)
+    pending = tuple(RequestView(f"q{n}", draw(st.sampled_from(TEAMS)), draw(st.sampled_from(("p", "q"))),
+                                draw(st.integers(1, 8)), priority=draw(st.sampled_from((0, 100))),
+                                created_at=float(n), same_host=draw(st.booleans()))
+                    for n in range(draw(st.integers(1, 14))))
+    teams = {t: TeamView(t, 1.0, draw(st.floats(0, 1e6))) for t in TEAMS}
+    return Snapshot(NOW, tuple(gpus), teams, quotas, (), pending)
+
+
+def _borrowing_within_what_may_be_lent(snapshot: Snapshot, held: dict[tuple[str, str], int],
+                                       pool: str) -> bool:
+    """Kueue's form: Σ borrowed ≤ max(0, C − ΣG) + Σ min(lending limit, idle guarantee)."""
+    quotas = [q for (_, p), q in snapshot.quotas.items() if p == pool]
+    guaranteed = {q.team: q.guaranteed for q in quotas}
+    capacity = sum(1 for g in snapshot.gpus if g.pool == pool)
+    borrowed = sum(max(0, held[(t, pool)] - guaranteed.get(t, 0)) for t in TEAMS)
+    lendable = max(0, capacity - sum(guaranteed.values())) + sum(
+        min(q.guaranteed if q.lending_limit is None else q.lending_limit,
+            max(0, q.guaranteed - held[(q.team, pool)])) for q in quotas)
+    return borrowed <= lendable
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lending_snapshots())
+def test_no_grant_makes_borrowing_exceed_what_may_be_lent(snapshot: Snapshot) -> None:
+    requests = {r.lease_id: r for r in snapshot.pending}
+    for policy in (fair, fifo):
+        held: dict[tuple[str, str], int] = defaultdict(int)
+        for grant in policy(snapshot).grants:
+            req = requests[grant.lease_id]
+            held[(req.team, req.pool)] += req.gpus
+            # A grant within the team's guarantee may take back what others borrowed (its
+            # owner reclaims it); one that borrows never goes beyond what may be lent.
+            if grant.borrowed:
+                assert _borrowing_within_what_may_be_lent(snapshot, held, req.pool), policy
