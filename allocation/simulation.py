@@ -143,8 +143,9 @@ def pool_views(pools: Sequence[Mapping[str, Any]],
     views = {}
     for pool in pools:
         own = pool.get("scheduler") or {}
-        settings = {key: own.get(key) if own.get(key) is not None
-                    else scheduler.get(key, getattr(default, key)) for key in POOL_SCHEDULER_KEYS}
+        settings: dict[str, Any] = {
+            key: own.get(key) if own.get(key) is not None else scheduler.get(key, getattr(default, key))
+            for key in POOL_SCHEDULER_KEYS}
         name = str(pool["name"])
         views[name] = PoolView(name, share_across_teams=bool(pool.get("share_across_teams", False)),
                                fair_share_preemption=bool(settings["fair_share_preemption"]),
