@@ -1,0 +1,77 @@
+"""What a configuration file says, as plain data: one spec per entry, the whole `Config`, and the
+error that lists every problem of a file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from allocation.policy.types import PriorityClassView, QuotaView
+
+
+class ConfigError(Exception):
+    """A configuration file is invalid; `errors` holds one message per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class PoolSchedulerSpec:
+    """`pools[].scheduler`: the pool's own values of the per-pool scheduler settings; None:
+    the `scheduler:` section's."""
+
+    fair_share_preemption: bool | None = None
+    fair_share_preemption_interval_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    description: str = ""
+    scheduler: PoolSchedulerSpec | None = None  # None: the file does not say (left as it is)
+
+
+@dataclass(frozen=True)
+class TeamSpec:
+    name: str
+    weight: float = 1.0
+    members: tuple[str, ...] = ()
+
+
+# A quota or priority class in the file is exactly what the policy reads: one type, not two.
+QuotaSpec = QuotaView
+PriorityClassSpec = PriorityClassView
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    fair_share_half_life_hours: float = 168.0
+    pass_interval_s: float = 10.0
+    fair_share_preemption: bool = False
+    fair_share_preemption_interval_s: float = 60.0
+
+
+# Scheduler settings a pool may set for itself under `pools[].scheduler`.
+POOL_SCHEDULER_KEYS = ("fair_share_preemption", "fair_share_preemption_interval_s")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    kind: str
+    pool: str
+    interval_s: int = 60
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    pools: list[PoolSpec] = field(default_factory=list)
+    teams: list[TeamSpec] = field(default_factory=list)
+    quotas: list[QuotaSpec] = field(default_factory=list)
+    priority_classes: list[PriorityClassSpec] = field(default_factory=list)
+    scheduler: SchedulerSpec | None = None
+    sources: list[SourceSpec] = field(default_factory=list)
