@@ -77,6 +77,7 @@ class FreeIndex:
         if layout.mixed is None:
             layout.mixed = self._mixed_hosts()
         self._mixed = layout.mixed
+        self._own_capacity: set[int] = set()  # kinds whose capacity map this index copied
 
     def _mixed_hosts(self) -> dict[tuple[str, str, bool], tuple[str, ...]]:
         """Hosts holding more than one kind of the same group (rare: mixed memory or driver)."""
@@ -291,28 +292,40 @@ class FreeIndex:
         else:
             blocks.pop(host, None)
 
-    def restrict_to_team(self, host: str, kid: int, team: str) -> None:
-        """Time-sliced replicas share one physical GPU without isolation: once a team holds
-        replicas on a host, the host's remaining unassigned replicas go to that team only."""
-        kind = self.kinds[kid]
-        if not kind.time_sliced or kind.shared_team is not None:
+    def kind_id(self, kind: Kind) -> int:
+        """The id of `kind` in this pass, added (with no GPUs yet) when it is new: time-sliced
+        replicas re-keyed to the team using their GPU (timeslice.py)."""
+        try:
+            kid = self.kinds.index(kind)  # a handful of kinds; the list is shared by the pass
+        except ValueError:
+            kid = len(self.kinds)
+            self.kinds.append(kind)
+        if kid not in self.blocks:
+            self.blocks[kid], self.buckets[kid], self.free_total[kid] = {}, [{}], 0
+            self.capacity[kid] = {}
+            self.has_shared = True
+        return kid
+
+    def move(self, host: str, kid: int, ids: Sequence[int], new: int) -> None:
+        """Move those of `ids` that are free on `host` from kind `kid` to kind `new` (same group:
+        a time-sliced replica re-keyed to a team). Ids not free there are left alone."""
+        free = self.blocks[kid].get(host)
+        if not free:
             return
-        ids = self.blocks[kid].get(host)
-        if not ids:
+        wanted = set(ids)
+        moved = [i for i in free if i in wanted]
+        if not moved:
             return
-        target = Kind(kind.model, kind.mig_profile, kind.memory_mb, kind.driver_version,
-                      kind.cuda_version, True, team)
-        if target in self.kinds:
-            new = self.kinds.index(target)
-        else:
-            new = len(self.kinds)
-            self.kinds.append(target)
-        if new not in self.blocks:
-            self.blocks[new], self.buckets[new], self.free_total[new] = {}, [{}], 0
-            self.capacity[new] = {}
-        self.capacity[new] = {**self.capacity[new], host: tuple(ids)}
-        self._set_block(kid, host, [])
-        self._set_block(new, host, ids + self.blocks[new].get(host, []))
+        self._set_block(kid, host, [i for i in free if i not in wanted])
+        self._set_block(new, host, sorted((*self.blocks[new].get(host, ()), *moved)))
+        if new not in self._own_capacity:  # the layout's map is shared by every pass: copy first
+            self.capacity[new] = dict(self.capacity[new])
+            self._own_capacity.add(new)
+        self.capacity[new][host] = tuple(sorted((*self.capacity[new].get(host, ()), *moved)))
+        key = self.kinds[kid].group_key
+        if self.blocks[kid].get(host) and host not in self._mixed.get(key, ()):
+            # Both kinds have free GPUs here now: a mixed host (the layout's map is shared).
+            self._mixed = {**self._mixed, key: (*self._mixed.get(key, ()), host)}
         self._groups.clear()
 
 

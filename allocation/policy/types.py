@@ -16,7 +16,9 @@ class GpuView:
     """A GPU of a pool. Only `schedulable` GPUs may be granted (free state, healthy, host ready
     and uncordoned, not foreign, not gone); GPUs held by running leases are listed too (with
     `schedulable=True` if they would be grantable once freed) so preemption can reason about them.
-    `shared_team`: a time-sliced replica may only go to this team (None: anyone)."""
+    `shared_team`: a time-sliced replica may only go to this team (None: anyone). Replicas of
+    one `physical` unit carry leases of one team at a time unless the pool shares across teams
+    (`PoolView.share_across_teams`)."""
 
     id: int
     pool: str
@@ -30,6 +32,10 @@ class GpuView:
     shared_team: str | None = None
     # Time-sliced replica of a physical GPU (several GpuViews share the same physical id).
     time_sliced: bool = False
+    # The unit a time-sliced replica shares without isolation: its physical GPU's uuid. ""
+    # means the host's whole set of time-sliced GPUs (Kubernetes: the device plugin, not us,
+    # picks the physical device for a pod, so any replica of the node may be on any GPU).
+    physical: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,13 +128,13 @@ class Snapshot:
     running: tuple[RunningView, ...]
     pending: tuple[RequestView, ...]
     priority_classes: Mapping[str, PriorityClassView] = field(default_factory=dict)
-    pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
     # Fair-share half-life (scheduler.fair_share_half_life_hours in seconds). The policy divides
     # `TeamView.decayed_usage` by the mean life (half_life / ln 2) to express past use in GPUs.
     half_life_s: float = 168 * 3600.0
     # False: leave `Pending.estimated_start` empty where working it out is not needed for a
     # decision (the simulator). Decisions are the same either way.
     estimate_starts: bool = True
+    pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
 
 
 @dataclass(frozen=True)
