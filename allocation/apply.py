@@ -71,10 +71,11 @@ def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
     pools = {p.name: p for p in Pool.objects.all()}
     for spec in cfg.pools:
         pool = pools.get(spec.name)
+        values = {"description": spec.description, "share_across_teams": spec.share_across_teams}
         if pool is None:
-            pools[spec.name] = Pool.objects.create(name=spec.name, description=spec.description)
+            pools[spec.name] = Pool.objects.create(name=spec.name, **values)
             changes.append(f"+ pool {spec.name}")
-        elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
+        elif _set(pool, values, f"pool {spec.name}", changes):
             pool.save()
     return pools
 
@@ -188,7 +189,8 @@ def _prune(cfg: Config) -> list[str]:
 def config_export() -> dict[str, Any]:
     """The database's configuration in the same format `apply` reads (secrets left out)."""
     data: dict[str, Any] = {
-        "pools": [{"name": p.name, "description": p.description} for p in Pool.objects.all()],
+        "pools": [{"name": p.name, "description": p.description, "share_across_teams": p.share_across_teams}
+                  for p in Pool.objects.all()],
         "teams": [{"name": t.name, "weight": t.weight,
                    "members": sorted(u.username for u in t.members.all())}
                   for t in Team.objects.prefetch_related("members")],

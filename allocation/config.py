@@ -34,6 +34,8 @@ class ConfigError(Exception):
 class PoolSpec:
     name: str
     description: str = ""
+    # Time-sliced replicas of one physical GPU may carry leases of several teams at once.
+    share_across_teams: bool = False
 
 
 @dataclass(frozen=True)
@@ -219,15 +221,17 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
 
 
 def _check_pool(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "description"}, {"name"}):
+    if not chk.keys(path, item, {"name", "description", "share_across_teams"}, {"name"}):
         return
     name = chk.name((*path, "name"), item["name"], "pool name")
     desc = item.get("description", "")
+    share = chk.boolean((*path, "share_across_teams"), item.get("share_across_teams", False),
+                        "share_across_teams")
     if not isinstance(desc, str):
         chk.error((*path, "description"), "description must be a string")
-    elif name:
+    elif name and share is not None:
         chk.unique(path, seen, name, "pool")
-        cfg.pools.append(PoolSpec(name, desc))
+        cfg.pools.append(PoolSpec(name, desc, share))
 
 
 def _check_team(chk: _Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:

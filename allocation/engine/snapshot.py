@@ -28,19 +28,27 @@ from django.db import connection
 from allocation.choices import END_STATES, LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import SchedulerSettings
-from allocation.policy.types import GpuView, PriorityClassView, QuotaView, RequestView, RunningView, Snapshot
+from allocation.policy.types import (
+    GpuView,
+    PoolView,
+    PriorityClassView,
+    QuotaView,
+    RequestView,
+    RunningView,
+    Snapshot,
+)
 from inventory.choices import Health, HostState
 from inventory.models import Pool
 
 _END = frozenset(END_STATES)
 
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
-# index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
+# physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
 # always share their parent's pool), or held by a lease of another pool), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
 GPU_SQL = """
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
-       g."index", g.uuid,
+       g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
         OR g.id IN (SELECT lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
                     WHERE lg.active AND l.pool_id <> %(pool)s))
@@ -209,12 +217,17 @@ def _pending_rows(pool_id: int, postgres: bool) -> list[PendingRow]:
 def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple[Any, ...]]) -> tuple[GpuView, ...]:
     """The pool's GpuViews in the order of the GPU model (host name, index, uuid)."""
     hosts = {row[0]: row for row in host_rows}
-    ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[8], g[9]))
+    ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[9], g[10]))
     return tuple(
         GpuView(pk, pool, hosts[host_id][1], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
                 hosts[host_id][2] == HostState.READY and health == Health.OK and not foreign and not unavailable,
-                mig, None, replicas > 1)
-        for pk, host_id, model, mem, health, foreign, mig, replicas, _, _, unavailable in ordered)
+                mig, None, replicas > 1, physical if replicas > 1 else "")
+        for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable in ordered)
+
+
+def pool_view(pool: Pool) -> PoolView:
+    """The policy's view of a pool's own settings."""
+    return PoolView(pool.name, share_across_teams=pool.share_across_teams)
 
 
 def read_pool(pool: Pool, now: datetime) -> PoolRead:
@@ -261,7 +274,7 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),
                         quotas=quotas, running=tuple(view for _, view in running_views.values()),
                         pending=tuple(view for _, view in pending_views.values()),
-                        priority_classes=classes, half_life_s=half_life)
+                        priority_classes=classes, half_life_s=half_life, pools={pool.name: pool_view(pool)})
     return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows})
 
 
