@@ -5,8 +5,10 @@ many pods share it in turns; an ssh host's `time_slicing: N` does the same for p
 replica is a GpuFact of its own, so the inventory, the scheduler and the lease all count them
 like GPUs; the lease's process is then pointed at the physical devices. Pure: no I/O.
 
-Replica UUIDs are derived from the physical device's UUID (`GPU-…::ts0` … `::ts{N-1}`), so they
-are stable across discoveries and the physical UUID can be read back from them.
+Replica UUIDs are derived from the physical device's UUID, so they are stable across
+discoveries and the physical UUID can be read back from them: replica 0 keeps the device's own
+UUID (turning time-slicing on or off leaves a lease on it in place), the others are `GPU-…::ts1`
+… `::ts{N-1}`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ MAX_REPLICAS = 128
 
 def replica_uuid(physical: str, index: int) -> str:
     """The UUID of the `index`-th replica of the physical GPU (or MIG device) `physical`."""
-    return f"{physical}{REPLICA_MARK}{index}"
+    return f"{physical}{REPLICA_MARK}{index}" if index else physical
 
 
 def physical_uuids(uuids: Iterable[str]) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ def test_each_gpu_is_reported_as_n_replicas_with_stable_uuids(
     assert len(physical) == 3 and len(host.gpus) == 12
     for gpu in physical:
         replicas = [g for g in host.gpus if g.physical_uuid == gpu.uuid]
-        assert [g.uuid for g in replicas] == [replica_uuid(gpu.uuid, i) for i in range(4)]
+        assert [g.uuid for g in replicas] == [gpu.uuid] + [f"{gpu.uuid}::ts{i}" for i in (1, 2, 3)]
         assert {(g.shared_replicas, g.index, g.model, g.memory_mb) for g in replicas} == {
             (4, gpu.index, gpu.model, gpu.memory_mb)}
         assert all(g.processes == gpu.processes for g in replicas)  # what nvidia-smi saw on it

@@ -143,8 +143,21 @@ def test_time_sliced_replicas_record_their_physical_gpu_and_our_process_is_not_f
     sync_source(source, facts)
     replicas = Gpu.objects.filter(physical_uuid="GPU-ts").order_by("uuid")
     assert [(g.shared_replicas, g.state) for g in replicas] == [(4, "foreign")] * 4  # not ours
-    Gpu.objects.filter(uuid="GPU-ts::ts0").update(leased=True, state="leased")
+    Gpu.objects.filter(uuid="GPU-ts").update(leased=True, state="leased")  # replica 0: the GPU's own uuid
     report = sync_source(source, facts)
     assert report.updated == 4  # the process is the lease's: no replica of its GPU is foreign
     assert [g.state for g in replicas.all()] == ["leased", "free", "free", "free"]
     assert sync_source(source, facts).updated == 0  # and stay so: no flapping
+
+
+def test_turning_time_slicing_on_and_off_keeps_the_gpus_own_row_and_its_lease(source: Source) -> None:
+    from agents.time_slicing import replicate
+
+    plain = host("v", 1)
+    sync_source(source, Discovery(hosts=(plain,)))
+    Gpu.objects.filter(uuid="GPU-v-0").update(leased=True)
+    report = sync_source(source, Discovery(hosts=(host("v", gpus=replicate(plain.gpus, 3)),)))
+    assert (report.created, report.gone) == (2, 0)
+    assert Gpu.objects.get(uuid="GPU-v-0").physical_uuid == "GPU-v-0"
+    report = sync_source(source, Discovery(hosts=(plain,)))
+    assert report.gone == 2 and Gpu.objects.get(uuid="GPU-v-0").physical_uuid == ""
