@@ -44,9 +44,10 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, time_sliced: 
     for h in range(hosts):
         model = "NVIDIA H100 80GB HBM3" if h % 4 else "NVIDIA A100-SXM4-80GB"
         for i in range(8):
-            share = {"time_sliced": True, "physical": f"GPU-{h}-{i // 4}"} if h in sliced else {}
+            physical = f"GPU-{h}-{i // 4}" if h in sliced else ""
             gpus.append(GpuView(len(gpus) + 1, POOL, f"node-{h}", model, 81559, "550.54.15",
-                                "12.4", schedulable=rng.random() > 0.01, **share))
+                                "12.4", schedulable=rng.random() > 0.01,
+                                time_sliced=bool(physical), physical=physical))
     teams = {f"team-{i}": TeamView(f"team-{i}", rng.choice((1.0, 2.0)), rng.random() * 1e8)
              for i in range(10)}
     quotas = {(t, POOL): QuotaView(t, POOL, 600, rng.choice((None, 4000))) for t in teams}
