@@ -76,8 +76,12 @@ class GpuFact:
     temperature_c: float | None = None
     power_w: float | None = None
     processes: tuple[GpuProcess, ...] = ()
-    # Time-slicing: the device plugin advertises this many replicas of the physical GPU.
+    # Time-slicing: this many replicas of the physical GPU are advertised (Kubernetes' device
+    # plugin, or an ssh host's `time_slicing`), each a GpuFact of its own.
     shared_replicas: int = 1
+    # A replica's physical GPU, where the source knows which one it is (ssh: the GPU's or MIG
+    # device's UUID); empty otherwise (Kubernetes: the device plugin picks it for each pod).
+    physical_uuid: str = ""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Config (a `sources` entry of kind `ssh`, secrets already decrypted by the caller
     nvidia_smi: nvidia-smi                 # optional; may be several words ("sudo -n nvidia-smi")
     hosts:
       - {address: 10.0.0.5, port: 22, host_key: "ssh-ed25519 AAAA...", name: gpu-a}
+      - {address: 10.0.0.6, host_key: "...", time_slicing: 4}   # 4 replicas per GPU
     connect_timeout: 10                    # optional, seconds
     command_timeout: 30                    # optional, seconds
     max_parallel: 16                       # optional: hosts read at once
@@ -20,6 +21,10 @@ other hosts are unaffected. Host keys are pinned: a host is only ever trusted by
 
 Process bindings run on the lease's host in their own session; see `agents.ssh_scripts` for the
 files kept per lease and why the session id makes the whole process tree reachable.
+
+A host's `time_slicing: N` (default 1) reports N replicas of each GPU (`agents.time_slicing`):
+up to N leases' processes then share one device in turns, as pods do under Kubernetes'
+time-slicing; a process is given the physical GPUs behind its replicas.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from agents import ssh_scripts
+from agents import ssh_scripts, time_slicing
 from agents.base import (
     BIND_FAILED,
     BIND_GONE,
@@ -51,7 +56,7 @@ from agents.nvidia_smi.values import NvidiaSmiError
 from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
 
 DEFAULTS = {"nvidia_smi": "nvidia-smi", "max_parallel": 16, "state_dir": "~/.gpupool"}
-_HOST_KEYS = frozenset({"address", "port", "host_key", "name"})
+_HOST_KEYS = frozenset({"address", "port", "host_key", "name", "time_slicing"})
 
 
 class SshConnector(Connector):
@@ -125,7 +130,8 @@ class SshConnector(Connector):
             PinnedKey.parse(str(entry.get("host_key") or ""))
         except ValueError as exc:
             errors.append(f"{exc} (hosts without a pinned key are refused)")
-        return errors
+        replicas = time_slicing.replicas_error(entry.get("time_slicing", 1))
+        return [*errors, replicas] if replicas else errors
 
     def _setting(self, key: str) -> Any:
         return self.config.get(key, DEFAULTS[key])
@@ -190,14 +196,14 @@ class SshConnector(Connector):
                                 state=HOST_OFFLINE, error="; ".join(problems))  # fmt: skip
             spec = HostSpec(_host_name(entry, position), str(entry["address"]),
                             int(entry.get("port", 22)), str(entry["host_key"]))  # fmt: skip
-            return self._discover_host(spec, script)
+            return self._discover_host(spec, script, int(entry.get("time_slicing", 1)))
 
         workers = max(1, min(int(self._setting("max_parallel")), len(entries)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh-discover") as pool:
             facts = list(pool.map(discover_entry, enumerate(entries)))
         return Discovery(hosts=tuple(facts))
 
-    def _discover_host(self, host: HostSpec, script: str) -> HostFact:
+    def _discover_host(self, host: HostSpec, script: str, replicas: int) -> HostFact:
         try:
             with self._session(host) as session:
                 result = session.run(script, timeout=self.request_timeout_s)
@@ -218,7 +224,7 @@ class SshConnector(Connector):
             state=HOST_READY,
             driver_version=report.driver_version,
             cuda_version=report.cuda_version,
-            gpus=report.gpus,
+            gpus=time_slicing.replicate(report.gpus, replicas),
             labels=labels,
         )
 
@@ -236,7 +242,8 @@ class SshConnector(Connector):
 
     def bind(self, request: BindRequest) -> BindingStatus:
         """Start `spec.command` on the lease's host, detached in its own session, with
-        CUDA_VISIBLE_DEVICES = the lease's GPU UUIDs. Idempotent per lease id: a retry finds
+        CUDA_VISIBLE_DEVICES = the lease's GPU UUIDs (time-sliced replicas: their physical
+        GPUs', each once). Idempotent per lease id: a retry finds
         the first run (or its exit status) and never starts a second copy. Bad specs raise a
         permanent AgentError; unreachable hosts a transient one."""
         spec = request.spec
@@ -249,7 +256,8 @@ class SshConnector(Connector):
             command = spec.get("command")
             if not isinstance(command, list | tuple):  # a string would run letter by letter
                 raise ValueError("binding command must be a non-empty list of strings")
-            wrapper = ssh_scripts.wrapper_script(list(command), env, request.gpu_uuids)
+            devices = time_slicing.physical_uuids(request.gpu_uuids)
+            wrapper = ssh_scripts.wrapper_script(list(command), env, devices)
             script = ssh_scripts.bind_script(str(self._setting("state_dir")), request.lease_id, wrapper)
         except (ValueError, TypeError) as exc:
             raise AgentError(str(exc), permanent=True) from None

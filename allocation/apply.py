@@ -73,10 +73,11 @@ def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
     pools = {p.name: p for p in Pool.objects.all()}
     for spec in cfg.pools:
         pool = pools.get(spec.name)
+        values = {"description": spec.description, "share_across_teams": spec.share_across_teams}
         if pool is None:
-            pools[spec.name] = Pool.objects.create(name=spec.name, description=spec.description)
+            pools[spec.name] = Pool.objects.create(name=spec.name, **values)
             changes.append(f"+ pool {spec.name}")
-        elif _set(pool, {"description": spec.description}, f"pool {spec.name}", changes):
+        elif _set(pool, values, f"pool {spec.name}", changes):
             pool.save()
         if spec.scheduler is not None:
             _apply_pool_scheduler(pools[spec.name], spec.scheduler, changes)
@@ -240,7 +241,8 @@ def config_export() -> dict[str, Any]:
 
 
 def _export_pool(pool: Pool) -> dict[str, Any]:
-    data: dict[str, Any] = {"name": pool.name, "description": pool.description}
+    data: dict[str, Any] = {"name": pool.name, "description": pool.description,
+                            "share_across_teams": pool.share_across_teams}
     scheduling = getattr(pool, "scheduling", None)
     overrides = scheduling.overrides() if scheduling is not None else {}
     if overrides:

@@ -1,12 +1,15 @@
 """One scheduling pass at scale: 10,000 pending requests x 16,000 GPUs on 2,000 hosts.
 
     .venv/bin/python bench/bench_policy.py [--repeat 5] [--fair-share-preemption] [--lending]
+        [--time-sliced 0.25]
 
 Half the fleet is held by running leases (some preemptible best-effort, some borrowed), ten
 teams with quotas, mixed sizes (1/2/4/8 GPUs), priorities, models and same-host gangs. Prints the
 pass time of the fair policy and of the FIFO baseline measured in the same run, and their ratio;
 the target is < 1 s per fair pass on 2 cores. "cold" includes indexing the GPU tuple for the
 first time (the engine builds a new tuple every pass); "warm" reuses it (the simulator).
+`--time-sliced F`: a fraction F of the hosts advertise 2 physical GPUs x 4 time-sliced replicas
+instead of 8 GPUs (one team per physical GPU; running leases there keep to one team per GPU).
 """
 
 from __future__ import annotations
@@ -37,16 +40,21 @@ POOL = "training"
 NOW = 1_000_000.0
 
 
-def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool = False) -> Snapshot:
+def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool = False,
+          time_sliced: float = 0.0) -> Snapshot:
     """`lending`: three teams guaranteed 1,600 lend none of it (Kueue's lendingLimit 0), so the
-    lending_limit gate has idle guarantee to keep back and works on every borrowing request."""
+    lending_limit gate has idle guarantee to keep back and works on every borrowing request.
+    `time_sliced`: the fraction of hosts whose GPUs are time-sliced replicas (4 per physical GPU)."""
     rng = random.Random(seed)
     gpus: list[GpuView] = []
+    sliced = set(rng.sample(range(hosts), int(hosts * time_sliced)))
     for h in range(hosts):
         model = "NVIDIA H100 80GB HBM3" if h % 4 else "NVIDIA A100-SXM4-80GB"
-        for _ in range(8):
+        for i in range(8):
+            physical = f"GPU-{h}-{i // 4}" if h in sliced else ""
             gpus.append(GpuView(len(gpus) + 1, POOL, f"node-{h}", model, 81559, "550.54.15",
-                                "12.4", schedulable=rng.random() > 0.01))
+                                "12.4", schedulable=rng.random() > 0.01,
+                                time_sliced=bool(physical), physical=physical))
     teams = {f"team-{i}": TeamView(f"team-{i}", rng.choice((1.0, 2.0)), rng.random() * 1e8)
              for i in range(10)}
     quotas = {(t, POOL): QuotaView(t, POOL, 600, rng.choice((None, 4000))) for t in teams}
@@ -54,14 +62,22 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool
         for t in ("team-0", "team-1", "team-2"):
             quotas[(t, POOL)] = QuotaView(t, POOL, 1600, quotas[(t, POOL)].limit, 0)
     running: list[RunningView] = []
+    owners: dict[str, str] = {}
     for h in range(hosts):
         ids = [g.id for g in gpus[h * 8:(h + 1) * 8] if g.schedulable]
         rng.shuffle(ids)
+        if h in sliced:  # one team per physical GPU (4 replicas each), as the policy keeps it
+            ids.sort()
         while ids and rng.random() < 0.7:
             size = min(len(ids), rng.choice((1, 2, 4)))
             best_effort = rng.random() < 0.3
+            team = rng.choice(list(teams))
+            if h in sliced:  # within one physical GPU, of the team already on it
+                unit = gpus[ids[0] - 1].physical
+                size = min(size, sum(1 for i in ids if gpus[i - 1].physical == unit))
+                team = owners.setdefault(unit, team)
             running.append(RunningView(
-                f"run-{len(running)}", rng.choice(list(teams)), POOL, tuple(ids[:size]),
+                f"run-{len(running)}", team, POOL, tuple(ids[:size]),
                 priority=-10 if best_effort else 0, preemptible=best_effort,
                 granted_at=NOW - rng.uniform(0, 10_000), borrowed=rng.random() < 0.3,
                 min_runtime_s=300 if best_effort else 0,
@@ -99,8 +115,9 @@ def main() -> None:
                         help="turn on the pool's fair-share preemption (fair policy only)")
     parser.add_argument("--lending", action="store_true",
                         help="three teams lend none of their guarantee (the lending_limit gate at work)")
+    parser.add_argument("--time-sliced", type=float, default=0.0, help="fraction of hosts time-sliced")
     args = parser.parse_args()
-    snapshot = build(lending=args.lending)
+    snapshot = build(lending=args.lending, time_sliced=args.time_sliced)
     if args.fair_share_preemption:
         snapshot = replace(snapshot, pools={POOL: PoolView(POOL, fair_share_preemption=True)})
     held = sum(len(r.gpu_ids) for r in snapshot.running)

@@ -6,6 +6,7 @@ Each function costs a fixed number of queries, whatever the size of the fleet.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
 from inventory.models import Gpu, GpuSample, Host, Pool
+from inventory.replicas import ReplicaSummary, summarise, unit_key
 from inventory.selectors import gpu_list, host_list, pool_list
 
 CHART_BUCKETS = 40
@@ -198,6 +200,7 @@ class GpuTile:
     lease_team: str = ""
     visible: bool = False  # may this user open the lease?
     slices: list[GpuTile] = field(default_factory=list)
+    sharing: ReplicaSummary | None = None  # a time-sliced replica: its physical GPU's replicas
 
 
 @dataclass
@@ -246,7 +249,20 @@ def fleet(*, user: Any, pool: str = "", host_ids: list[int] | None = None) -> li
             rows[gpu.host_id].gpus.append(tile)
             if gpu.pool.name not in rows[gpu.host_id].pools:
                 rows[gpu.host_id].pools.append(gpu.pool.name)
+    _describe_replicas(tiles.values())
     return list(rows.values())
+
+
+def _describe_replicas(tiles: Iterable[GpuTile]) -> None:
+    """Give each time-sliced tile its unit's summary ("GPU-…: 4 replicas, 2 leased by team
+    vision"), counted over the tiles shown; teams the user may not see read "another team"."""
+    shared = [t for t in tiles if t.gpu.shared_replicas > 1]
+    if not shared:
+        return
+    members = [(t.gpu.pk, t.gpu.physical_uuid, t.gpu.host_id, t.gpu.host.name, bool(t.lease_id)) for t in shared]
+    units = summarise(members, {t.gpu.pk: t.lease_team if t.visible else "" for t in shared if t.lease_id})
+    for tile in shared:
+        tile.sharing = units[unit_key(tile.gpu.physical_uuid, tile.gpu.host_id)]
 
 
 def fleet_state_counts(rows: list[HostRow]) -> list[tuple[str, str, int]]:

@@ -12,6 +12,9 @@ from inventory.validators import validate_source_kind
 class Pool(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.CharField(max_length=255, blank=True, default="")
+    # Time-sliced replicas of one physical GPU may carry leases of several teams at once (they
+    # share it without memory or fault isolation: off unless the teams trust each other).
+    share_across_teams = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     # Not columns: capacity counts annotated by `inventory.selectors.pool_list`, per-model counts
     # and pending work set by the API's pool listing.
@@ -110,6 +113,10 @@ class Gpu(models.Model):
     memory_mb = models.PositiveIntegerField(null=True, blank=True)
     mig_profile = models.CharField(max_length=32, blank=True, default="")
     shared_replicas = models.PositiveIntegerField(default=1)
+    # A time-sliced replica's physical GPU (its NVIDIA UUID), the unit replicas are shared by.
+    # Empty for a GPU that is not a replica, and on Kubernetes, where the device plugin, not us,
+    # picks the physical device for a pod: there the node's time-sliced GPUs are one unit.
+    physical_uuid = models.CharField(max_length=128, blank=True, default="", db_index=True)
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
     health_reason = models.CharField(max_length=255, blank=True, default="")
     foreign = models.BooleanField(default=False)

@@ -110,7 +110,7 @@ def _derive(host: Host, now: datetime) -> None:
 
 
 STRUCT_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile", "shared_replicas",
-                 "health", "health_reason", "foreign", "gone")
+                 "physical_uuid", "health", "health_reason", "foreign", "gone")
 TELEMETRY_FIELDS = ("utilization_pct", "memory_used_mb", "temperature_c", "power_w", "telemetry_at")
 _TELEMETRY_COMPARED = tuple(k for k in TELEMETRY_FIELDS if k != "telemetry_at")  # a new timestamp alone is no change
 _ROW_FIELDS = ("pk", "uuid", "leased", *STRUCT_FIELDS, *TELEMETRY_FIELDS)
@@ -166,6 +166,12 @@ class _GpuSync:
     struct_changed: dict[str, _Row] = field(default_factory=dict)
     telemetry_changed: dict[str, _Row] = field(default_factory=dict)
     samples: list[GpuSample] = field(default_factory=list)
+    # Physical GPUs with a leased time-sliced replica (processes on them are ours).
+    leased_physical: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.leased_physical = {r["physical_uuid"] for r in self.rows.values()
+                                if r["leased"] and r["physical_uuid"]}
 
     def reconcile_reported(self, facts: tuple[HostFact, ...], *, slices: bool) -> None:
         """Apply the reported whole GPUs (or MIG slices) of the hosts that answered: new ones are
@@ -191,6 +197,10 @@ class _GpuSync:
         values = _gpu_values(fact, host_id, parent["pk"] if parent else None, self.now)
         if host_id in self.counted:
             del values["foreign"]  # decided per host afterwards, from the count
+        elif fact.physical_uuid and fact.physical_uuid in self.leased_physical:
+            # nvidia-smi sees processes per physical GPU, so every replica of it shows the
+            # process of a lease on one of them: that is our use, not someone else's.
+            values["foreign"] = False
         row = rows.get(fact.uuid)
         if row is None:
             batch.append(Gpu(uuid=fact.uuid, pool_id=self.source.pool_id, **values))
@@ -269,7 +279,7 @@ def _gpu_values(fact: GpuFact, host_id: int, parent_id: int | None, now: datetim
     return {
         "host_id": host_id, "parent_id": parent_id, "index": fact.index, "model": fact.model,
         "memory_mb": fact.memory_mb, "mig_profile": fact.mig_profile,
-        "shared_replicas": max(1, fact.shared_replicas),
+        "shared_replicas": max(1, fact.shared_replicas), "physical_uuid": fact.physical_uuid[:128],
         "health": Health.UNHEALTHY if unhealthy else Health.OK,
         "health_reason": fact.health_reason[:255] if unhealthy else "",
         # A process on a GPU that no lease of ours holds is someone else's work.

@@ -3,7 +3,7 @@ Pool listings gain pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection
@@ -19,6 +19,7 @@ from allocation.services.admin import host_admin_action
 from allocation.services.capacity import capacity_move
 from allocation.sql import execute
 from core.api.permissions import IsPoolAdmin
+from core.roles import is_pool_admin
 from inventory.api import views as inventory_views
 from inventory.api.serializers import GpuMoveSerializer, GpuSerializer, HostSerializer
 from inventory.models import Gpu, Pool
@@ -66,6 +67,7 @@ class HostViewSet(inventory_views.HostViewSet):
 @extend_schema_view(list=extend_schema(summary="List GPUs"), retrieve=extend_schema(summary="Read a GPU"))
 class GpuViewSet(inventory_views.GpuViewSet):
     _gpu_leases: dict[int, str]
+    _gpu_sharing: dict[int, dict[str, Any]]
 
     def holders(self, gpu_ids: list[int]) -> dict[int, str]:
         """Which lease holds each GPU: one query for the whole page."""
@@ -79,17 +81,31 @@ class GpuViewSet(inventory_views.GpuViewSet):
         return {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(
             active=True, gpu_id__in=gpu_ids).values_list("gpu_id", "lease_id")}
 
-    def _holders(self, gpus: Iterable[Gpu]) -> dict[int, str]:
-        return self.holders([g.pk for g in gpus])
+    def holder_teams(self, gpu_ids: list[int]) -> dict[int, str]:
+        """The team of the lease holding each GPU, "" for a team the requester is not in (as the
+        dashboard's "held by another team"); pool admins see every team."""
+        if not gpu_ids:
+            return {}
+        user: Any = self.request.user  # authenticated: the viewset's permissions say so
+        mine = None if is_pool_admin(user) else set(user.teams.values_list("name", flat=True))
+        return {gid: team if mine is None or team in mine else "" for gid, team in LeaseGpu.objects.filter(
+            active=True, gpu_id__in=gpu_ids).values_list("gpu_id", "lease__team__name")}
+
+    def _describe(self, gpu: Gpu) -> None:
+        """What the serializer reads besides the row: the holding lease and time-slicing."""
+        self._gpu_leases = self.holders([gpu.pk])
+        self._gpu_sharing = self.time_slicing([{"id": gpu.pk, "physical_uuid": gpu.physical_uuid,
+                                                "host_id": gpu.host_id, "shared_replicas": gpu.shared_replicas}])
 
     def get_serializer_context(self) -> dict[str, Any]:
         ctx = dict(super().get_serializer_context())
         ctx["gpu_leases"] = getattr(self, "_gpu_leases", {})
+        ctx["gpu_sharing"] = getattr(self, "_gpu_sharing", {})
         return ctx
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         gpu = self.get_object()
-        self._gpu_leases = self._holders([gpu])
+        self._describe(gpu)
         return Response(self.get_serializer(gpu).data)
 
     @extend_schema(summary="Move a GPU to another pool (pool admins)", request=GpuMoveSerializer,
@@ -107,5 +123,5 @@ class GpuViewSet(inventory_views.GpuViewSet):
         if gpu.pool_id != target.pk:
             capacity_move(pool=target, gpu_ids=[gpu.pk], actor=request.user.username, held_alone="follow_lease")
         gpu = gpu_list().get(pk=gpu.pk)
-        self._gpu_leases = self._holders([gpu])
+        self._describe(gpu)
         return Response(self.get_serializer(gpu).data)

@@ -26,17 +26,19 @@ SOURCE_COMMON = {"name", "kind", "pool", "interval_s"}
 
 
 def _check_pool(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "description", "scheduler"}, {"name"}):
+    if not chk.keys(path, item, {"name", "description", "scheduler", "share_across_teams"}, {"name"}):
         return
     errors = len(chk.errors)
     name = chk.name((*path, "name"), item["name"], "pool name")
     desc = item.get("description", "")
     sched = _pool_scheduler(chk, (*path, "scheduler"), item.get("scheduler"))
+    share = chk.boolean((*path, "share_across_teams"), item.get("share_across_teams", False),
+                        "share_across_teams")
     if not isinstance(desc, str):
         chk.error((*path, "description"), "description must be a string")
-    elif name and len(chk.errors) == errors:
+    elif name and share is not None and len(chk.errors) == errors:
         chk.unique(path, seen, name, "pool")
-        cfg.pools.append(PoolSpec(name, desc, sched))
+        cfg.pools.append(PoolSpec(name, desc, sched, share))
 
 
 def _pool_scheduler(chk: Checker, path: tuple[Any, ...], value: Any) -> PoolSchedulerSpec | None:

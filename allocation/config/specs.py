@@ -32,6 +32,8 @@ class PoolSpec:
     name: str
     description: str = ""
     scheduler: PoolSchedulerSpec | None = None  # None: the file does not say (left as it is)
+    # Time-sliced replicas of one physical GPU may carry leases of several teams at once.
+    share_across_teams: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,12 @@ from inventory.models import Pool
 _END = frozenset(END_STATES)
 
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
-# index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
+# physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
 # always share their parent's pool), or held by a lease of another pool), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
 GPU_SQL = """
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
-       g."index", g.uuid,
+       g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
         OR g.id IN (SELECT lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
                     WHERE lg.active AND l.pool_id <> %(pool)s))
@@ -219,12 +219,12 @@ def _pending_rows(pool_id: int, postgres: bool) -> list[PendingRow]:
 def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple[Any, ...]]) -> tuple[GpuView, ...]:
     """The pool's GpuViews in the order of the GPU model (host name, index, uuid)."""
     hosts = {row[0]: row for row in host_rows}
-    ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[8], g[9]))
+    ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[9], g[10]))
     return tuple(
         GpuView(pk, pool, hosts[host_id][1], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
                 hosts[host_id][2] == HostState.READY and health == Health.OK and not foreign and not unavailable,
-                mig, None, replicas > 1)
-        for pk, host_id, model, mem, health, foreign, mig, replicas, _, _, unavailable in ordered)
+                mig, None, replicas > 1, physical if replicas > 1 else "")
+        for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable in ordered)
 
 
 def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
@@ -236,6 +236,7 @@ def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
     last = own.last_fair_share_preemption_at
     return PoolView(
         pool.name,
+        share_across_teams=pool.share_across_teams,
         fair_share_preemption=sched.fair_share_preemption if on is None else on,
         fair_share_preemption_interval_s=sched.fair_share_preemption_interval_s if interval is None else interval,
         last_fair_share_preemption=None if last is None else last.timestamp())

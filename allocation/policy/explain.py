@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocation.policy.matching import kind_eligible, model_alternatives, model_matches
+from allocation.policy.matching import constraint_of, kind_eligible, model_alternatives, model_matches
 from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.types import RequestView
 
@@ -91,15 +91,37 @@ def at_limit_until_ending(at_limit_reason: str, leaving: int) -> str:
 def no_room(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:
     """Capacity exists but is busy: say how far the free capacity is from the request."""
     model = f" of model {req.model}" if req.model else ""
+    others = _kept_for_others(req, index, groups)
     if req.same_host:
         size, host = max(index.largest_block(g) for g in groups)
         if size == 0:
             return (f"waiting for {_gpus(req.gpus)}{model} on one host; none is free in "
-                    f"pool {req.pool}")
+                    f"pool {req.pool}{others}")
         return (f"waiting for {_gpus(req.gpus)}{model} on one host; largest free block is "
-                f"{size} on {host}")
+                f"{size} on {host}{others}")
     free = max(index.free_in(g) for g in groups)
-    return f"waiting for {_gpus(req.gpus)}{model}; {free} free in pool {req.pool}"
+    return f"waiting for {_gpus(req.gpus)}{model}; {free} free in pool {req.pool}{others}"
+
+
+def _kept_for_others(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:
+    """'; N free time-sliced replicas are on GPUs in use by team T (…)' when replicas that
+    would match are free but kept for other teams (timeslice.py); '' otherwise."""
+    if not any(g.time_sliced for g in groups):
+        return ""
+    constraint = constraint_of(req)
+    free: dict[str, int] = {}
+    for kid in index.capacity:
+        kind, count = index.kinds[kid], index.free_total.get(kid, 0)
+        team = kind.shared_team
+        if count and team is not None and team != req.team and kind_eligible(kind, constraint, team):
+            free[team] = free.get(team, 0) + count
+    if not free:
+        return ""
+    total, teams = sum(free.values()), sorted(free)
+    replicas = "replica is" if total == 1 else "replicas are"
+    return (f"; {total} free time-sliced {replicas} on GPUs in use by team"
+            f"{'s' if len(teams) > 1 else ''} {_names(teams)} (a time-sliced GPU serves one team "
+            f"at a time in pool {req.pool})")
 
 
 def behind(req: RequestView, ahead: int, head: str, head_gpus: int) -> str:

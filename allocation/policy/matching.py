@@ -126,6 +126,11 @@ class PoolLayout:
     # The policy's view of each running lease, memoised by the identity of its frozen
     # RunningView: a caller that keeps those from pass to pass pays once.
     leases: dict[int, tuple[RunningView, RunningLease]] = field(default_factory=dict)
+    # Time-sliced GPUs only (both empty in a pool without any): each replica's sharing unit
+    # (host, physical; see GpuView.physical), and each unit's schedulable replicas by (host,
+    # kind id), in id order (timeslice.py).
+    units: dict[int, tuple[str, str]] = field(default_factory=dict)
+    replicas: dict[tuple[str, str], dict[tuple[str, int], tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -155,6 +160,7 @@ def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
     kind_ids: dict[Kind, int] = {}
     where: dict[int, tuple[str, str, int]] = {}
     raw: dict[str, dict[int, dict[str, list[int]]]] = {}
+    replicas: dict[str, dict[tuple[str, str], dict[tuple[str, int], list[int]]]] = {}
     pools: dict[str, PoolLayout] = {}
     for gpu in gpus:
         kind = kind_of(gpu)
@@ -168,13 +174,25 @@ def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
             raw.setdefault(gpu.pool, {}).setdefault(kid, {}).setdefault(gpu.host, []).append(gpu.id)
         else:
             pool.unschedulable += 1
+        if gpu.time_sliced:
+            _add_replica(pool, gpu, kid, replicas.setdefault(gpu.pool, {}))
     for name, by_kind in raw.items():
         pool = pools[name]
         for kid, hosts in by_kind.items():
             pool.capacity[kid] = {h: tuple(sorted(ids)) for h, ids in hosts.items()}
             pool.max_block[kid] = max(len(ids) for ids in hosts.values())
+    for name, units in replicas.items():  # sorted, as the free index's blocks are
+        pools[name].replicas = {unit: {key: tuple(sorted(ids)) for key, ids in blocks.items()}
+                                for unit, blocks in units.items()}
     layout = Layout(kinds, where, pools)
     if len(_LAYOUTS) >= 8:  # a few generations are enough: the engine builds a new tuple per pass
         _LAYOUTS.pop(next(iter(_LAYOUTS)))
     _LAYOUTS[id(gpus)] = (gpus, layout)
     return layout
+
+
+def _add_replica(pool: PoolLayout, gpu: GpuView, kid: int,
+                 raw: dict[tuple[str, str], dict[tuple[str, int], list[int]]]) -> None:
+    unit = pool.units[gpu.id] = (gpu.host, gpu.physical)
+    if gpu.schedulable:
+        raw.setdefault(unit, {}).setdefault((gpu.host, kid), []).append(gpu.id)

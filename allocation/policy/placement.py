@@ -40,6 +40,7 @@ class Group:
     time_sliced: bool
     capacity_total: int  # every schedulable GPU of the group in the pool, free or held
     capacity_block: int  # the largest number on one host
+    team: str = ""  # the team whose reserved time-sliced replicas it includes ("" none)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class FreeIndex:
         if layout.mixed is None:
             layout.mixed = self._mixed_hosts()
         self._mixed = layout.mixed
+        # (group key, team) -> hosts mixed for that team only: replicas reserved for it beside others.
+        self._team_mixed: dict[tuple[tuple[str, str, bool], str], dict[str, None]] = {}
 
     def _mixed_hosts(self) -> dict[tuple[str, str, bool], tuple[str, ...]]:
         """Hosts holding more than one kind of the same group (rare: mixed memory or driver)."""
@@ -108,18 +111,25 @@ class FreeIndex:
         for kid in self.capacity:
             if kind_eligible(self.kinds[kid], constraint, team):
                 by_key.setdefault(self.kinds[kid].group_key, []).append(kid)
-        groups = [self._group(key, tuple(kids)) for key, kids in by_key.items()]
+        groups = [self._group(key, tuple(kids), team) for key, kids in by_key.items()]
         groups.sort(key=lambda g: g.time_sliced)
         return tuple(groups)
 
-    def _group(self, key: tuple[str, str, bool], kids: tuple[int, ...]) -> Group:
+    def _group(self, key: tuple[str, str, bool], kids: tuple[int, ...], team: str) -> Group:
         cap = self.capacity
         per_host: dict[str, int] = {}
         for kid in kids:
             for host, ids in cap[kid].items():
                 per_host[host] = per_host.get(host, 0) + len(ids)
+        reserved = team if any(self.kinds[k].shared_team for k in kids) else ""
         return Group(key, kids, self.kinds[kids[0]].label, key[2], sum(per_host.values()),
-                     max(per_host.values(), default=0))
+                     max(per_host.values(), default=0), reserved)
+
+    def _mixed_of(self, group: Group) -> Sequence[str]:
+        """Hosts holding more than one kind of the group (`_mixed_hosts`, `move`)."""
+        hosts = self._mixed.get(group.key, ())
+        reserved = self._team_mixed.get((group.key, group.team)) if group.team else None
+        return (*hosts, *reserved) if reserved else hosts
 
     # --- queries --------------------------------------------------------------------------------
 
@@ -150,7 +160,7 @@ class FreeIndex:
                 if buckets[count]:
                     best = (count, next(iter(buckets[count])))
                     break
-        for host in self._mixed.get(group.key, ()):
+        for host in self._mixed_of(group):
             size = self.free_on(host, group)
             if size > best[0]:
                 best = (size, host)
@@ -171,7 +181,7 @@ class FreeIndex:
 
     def _best_host(self, group: Group, gpus: int, exclude: Exclusions | None) -> Placement | None:
         best = self._best_block(group, gpus, exclude)
-        mixed = self._mixed.get(group.key)
+        mixed = self._mixed_of(group)
         if mixed:
             best = self._best_mixed_host(group, gpus, exclude, mixed, best)
         if best is None:
@@ -196,7 +206,7 @@ class FreeIndex:
         return best
 
     def _best_mixed_host(self, group: Group, gpus: int, exclude: Exclusions | None,
-                         hosts: tuple[str, ...], best: _Fit | None) -> _Fit | None:
+                         hosts: Sequence[str], best: _Fit | None) -> _Fit | None:
         """`best`, or a host holding several kinds of the group whose free GPUs together fit
         with fewer stranded."""
         for host in hosts:
@@ -291,29 +301,32 @@ class FreeIndex:
         else:
             blocks.pop(host, None)
 
-    def restrict_to_team(self, host: str, kid: int, team: str) -> None:
-        """Time-sliced replicas share one physical GPU without isolation: once a team holds
-        replicas on a host, the host's remaining unassigned replicas go to that team only."""
-        kind = self.kinds[kid]
-        if not kind.time_sliced or kind.shared_team is not None:
+    def kind_id(self, kind: Kind) -> int:
+        """The id of `kind` in this pass, added without GPUs when new (timeslice.py)."""
+        try:
+            kid = self.kinds.index(kind)  # a handful of kinds; the list is shared by the pass
+        except ValueError:
+            kid = len(self.kinds)
+            self.kinds.append(kind)
+        if kid not in self.blocks:  # no capacity of its own: the kind it comes from counts all
+            self.blocks[kid], self.buckets[kid], self.free_total[kid] = {}, [{}], 0
+            self.capacity[kid] = {}
+            self.has_shared = True
+            self._groups.clear()
+        return kid
+
+    def move(self, host: str, kid: int, ids: Sequence[int], new: int) -> None:
+        """Move those of `ids` that are free on `host` from kind `kid` to kind `new` (same group,
+        reserved for a team: time-sliced replicas). Ids not free there are left alone."""
+        free, wanted = self.blocks[kid].get(host, []), set(ids)
+        moved = [i for i in free if i in wanted]
+        if not moved:
             return
-        ids = self.blocks[kid].get(host)
-        if not ids:
-            return
-        target = Kind(kind.model, kind.mig_profile, kind.memory_mb, kind.driver_version,
-                      kind.cuda_version, True, team)
-        if target in self.kinds:
-            new = self.kinds.index(target)
-        else:
-            new = len(self.kinds)
-            self.kinds.append(target)
-        if new not in self.blocks:
-            self.blocks[new], self.buckets[new], self.free_total[new] = {}, [{}], 0
-            self.capacity[new] = {}
-        self.capacity[new] = {**self.capacity[new], host: tuple(ids)}
-        self._set_block(kid, host, [])
-        self._set_block(new, host, ids + self.blocks[new].get(host, []))
-        self._groups.clear()
+        self._set_block(kid, host, [i for i in free if i not in wanted])
+        self._set_block(new, host, sorted((*self.blocks[new].get(host, ()), *moved)))
+        team = self.kinds[new].shared_team
+        if team and self.blocks[kid].get(host):  # both kinds free here: mixed for that team
+            self._team_mixed.setdefault((self.kinds[kid].group_key, team), {})[host] = None
 
 
 _NEVER = 1 << 30  # larger than any request

@@ -82,13 +82,11 @@ class PoolPass:
 
     def grant(self, req: RequestView, placement: Placement) -> Grant:
         """Take the placement's GPUs for `req`, count them for its team and record the grant.
-        Time-sliced replicas share a physical GPU without isolation: the replicas left on
-        those hosts go to its team only."""
-        index = self.pool.index
-        gpu_ids = index.take(placement)
-        for host, kid, _ in placement.blocks:
-            if index.kinds[kid].time_sliced:
-                index.restrict_to_team(host, kid, req.team)
+        Time-sliced replicas share a physical GPU without isolation: unless the pool shares
+        them across teams, the replicas left on those GPUs go to its team only."""
+        gpu_ids = self.pool.index.take(placement)
+        if self.pool.claims is not None:
+            self.pool.claims.claim(gpu_ids, req.team)
         borrowed = self.quota.grant(req.team, self.name, req.gpus)
         decision = Grant(req.lease_id, tuple(sorted(gpu_ids)), placement.host, borrowed)
         self.decisions.grants.append(decision)

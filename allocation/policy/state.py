@@ -15,6 +15,7 @@ from allocation.policy.matching import Kind, Layout, PoolLayout, layout_of
 from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
 from allocation.policy.running import RunningTotals
+from allocation.policy.timeslice import ReplicaClaims, claims_for
 from allocation.policy.types import RequestView, RunningView, Snapshot
 
 
@@ -79,6 +80,8 @@ class PoolState:
             self.ending_gpus = sum(len(run.gpu_ids) for run in runs if run.ending)
             self.preemptible_runs = None
         self.has_ending = self.ending_gpus > 0
+        # Which team uses each time-sliced GPU (None: no replica here serves one team only).
+        self.claims: ReplicaClaims | None = None
         self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
         self._mature: dict[str, int] | None = None
         self._victim_hosts: dict[tuple[int, frozenset[str]], dict[str, int]] = {}
@@ -333,12 +336,9 @@ def _pool_state(snapshot: Snapshot, layout: Layout, kinds: list[Kind], name: str
     base = _free_base(pool_layout, held, layout.where, totals, counted and not layout.time_sliced)
     pool = PoolState(name, FreeIndex(pool_layout, kinds, base), runs, layout.where, snapshot.now,
                      totals if counted else None)
-    if layout.time_sliced:
-        # A team holding time-sliced replicas on a host keeps the host's free replicas to itself.
-        for lease in pool.leases:
-            for host, kid in lease.blocks:
-                if kinds[kid].time_sliced:
-                    pool.index.restrict_to_team(host, kid, lease.team)
+    if pool_layout.units:
+        # A team holding replicas of a time-sliced GPU keeps its free replicas to itself.
+        pool.claims = claims_for(pool.index, snapshot.pools, ((r.gpu_ids, r.team) for r in runs))
     return pool
 
 

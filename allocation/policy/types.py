@@ -16,7 +16,9 @@ class GpuView:
     """A GPU of a pool. Only `schedulable` GPUs may be granted (free state, healthy, host ready
     and uncordoned, not foreign, not gone); GPUs held by running leases are listed too (with
     `schedulable=True` if they would be grantable once freed) so preemption can reason about them.
-    `shared_team`: a time-sliced replica may only go to this team (None: anyone)."""
+    `shared_team`: a time-sliced replica may only go to this team (None: anyone). Replicas of
+    one `physical` unit carry leases of one team at a time unless the pool shares across teams
+    (`PoolView.share_across_teams`)."""
 
     id: int
     pool: str
@@ -30,6 +32,10 @@ class GpuView:
     shared_team: str | None = None
     # Time-sliced replica of a physical GPU (several GpuViews share the same physical id).
     time_sliced: bool = False
+    # The unit a time-sliced replica shares without isolation: its physical GPU's uuid. ""
+    # means the host's whole set of time-sliced GPUs (Kubernetes: the device plugin, not us,
+    # picks the physical device for a pod, so any replica of the node may be on any GPU).
+    physical: str = ""
 
 
 @dataclass(frozen=True)

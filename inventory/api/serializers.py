@@ -25,12 +25,14 @@ class PoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Pool
-        fields = ["id", "name", "description", "capacity", "allocated", "free", "pending",
-                  "pending_gpus", "models", "created_at"]
+        fields = ["id", "name", "description", "share_across_teams", "capacity", "allocated", "free",
+                  "pending", "pending_gpus", "models", "created_at"]
         extra_kwargs = {
             "id": {"help_text": "Numeric id."},
             "name": {"help_text": "Pool name (the key used everywhere else)."},
             "description": {"help_text": "Free text."},
+            "share_across_teams": {"help_text": "Whether time-sliced replicas of one physical GPU may carry "
+                                                "leases of several teams at once (false: one team at a time)."},
             "created_at": {"help_text": "When the pool was created."},
         }
 
@@ -80,12 +82,18 @@ class GpuSerializer(serializers.ModelSerializer):
                                     help_text="free, leased, cordoned, offline, unhealthy or foreign.")
     health = serializers.ChoiceField(choices=Health.choices, read_only=True, help_text="ok or unhealthy.")
     lease = serializers.SerializerMethodField(help_text="Id of the lease holding it, or null.")
+    time_slicing = serializers.SerializerMethodField(help_text=(
+        "For a time-sliced replica: what it shares and how busy that is, else null. `unit` is the "
+        "physical GPU's UUID, or `node NAME` on Kubernetes (the device plugin picks the physical GPU, "
+        "so the node's time-sliced GPUs are shared as one); `replicas` and `leased` count the unit's "
+        "replicas; `teams` names the teams using it that you may see. One team at a time uses a unit "
+        "unless its pool shares across teams."))
 
     class Meta:
         model = Gpu
         fields = ["uuid", "index", "host", "pool", "model", "memory_mb", "mig_profile",
-                  "parent_uuid", "state", "health", "health_reason", "shared_replicas",
-                  "utilization_pct", "memory_used_mb", "temperature_c", "power_w",
+                  "parent_uuid", "state", "health", "health_reason", "shared_replicas", "physical_uuid",
+                  "time_slicing", "utilization_pct", "memory_used_mb", "temperature_c", "power_w",
                   "telemetry_at", "lease"]
         extra_kwargs = {
             "uuid": {"help_text": "NVIDIA UUID (GPU-… or MIG-…); the key in URLs."},
@@ -95,6 +103,8 @@ class GpuSerializer(serializers.ModelSerializer):
             "mig_profile": {"help_text": "MIG profile of a slice (e.g. 1g.10gb), empty for a whole GPU."},
             "health_reason": {"help_text": "Why it is unhealthy (XID, ECC), empty when healthy."},
             "shared_replicas": {"help_text": "Time-slicing replicas (1 = not shared)."},
+            "physical_uuid": {"help_text": "For a time-sliced replica on an SSH host: its physical GPU's UUID "
+                                           "(the one its process sees); empty otherwise."},
             "utilization_pct": {"help_text": "Latest GPU utilisation, percent."},
             "memory_used_mb": {"help_text": "Latest memory in use, MiB."},
             "temperature_c": {"help_text": "Latest temperature, °C."},
@@ -106,6 +116,12 @@ class GpuSerializer(serializers.ModelSerializer):
     def get_lease(self, gpu: Gpu) -> str | None:
         return self.context.get("gpu_leases", {}).get(gpu.pk)
 
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "unit": {"type": "string"}, "replicas": {"type": "integer"}, "leased": {"type": "integer"},
+        "teams": {"type": "array", "items": {"type": "string"}}}})
+    def get_time_slicing(self, gpu: Gpu) -> dict[str, Any] | None:
+        return self.context.get("gpu_sharing", {}).get(gpu.pk)
+
     def to_representation(self, gpu: Gpu) -> dict[str, Any]:
         """Hand-written for speed: DRF's per-field machinery costs ~0.15 ms a row, and a page of
         GPUs is the hottest read of the API. Same keys and formats as the declared fields, which
@@ -116,6 +132,7 @@ class GpuSerializer(serializers.ModelSerializer):
             "model": gpu.model, "memory_mb": gpu.memory_mb, "mig_profile": gpu.mig_profile,
             "parent_uuid": gpu.parent_uuid, "state": gpu.state,
             "health": gpu.health, "health_reason": gpu.health_reason, "shared_replicas": gpu.shared_replicas,
+            "physical_uuid": gpu.physical_uuid, "time_slicing": self.get_time_slicing(gpu),
             "utilization_pct": gpu.utilization_pct, "memory_used_mb": gpu.memory_used_mb,
             "temperature_c": gpu.temperature_c, "power_w": gpu.power_w,
             "telemetry_at": when(gpu.telemetry_at) if gpu.telemetry_at else None,
@@ -123,15 +140,17 @@ class GpuSerializer(serializers.ModelSerializer):
         }
 
     @staticmethod
-    def row_representation(row: dict[str, Any], lease: str | None = None, tz: tzinfo | None = None) -> dict[str, Any]:
+    def row_representation(row: dict[str, Any], lease: str | None = None, tz: tzinfo | None = None,
+                           sharing: dict[str, Any] | None = None) -> dict[str, Any]:
         """The same for a values() row of GPU_ROW_FIELDS (no model instances of the GPU, its host,
         pool and parent: a third of the cost of a page); `tz`: the current time zone, looked up
-        once a page."""
+        once a page; `sharing`: its `time_slicing` object."""
         return {
             "uuid": row["uuid"], "index": row["index"], "host": row["host__name"], "pool": row["pool__name"],
             "model": row["model"], "memory_mb": row["memory_mb"], "mig_profile": row["mig_profile"],
             "parent_uuid": row["parent__uuid"] if row["parent_id"] else "", "state": row["state"],
             "health": row["health"], "health_reason": row["health_reason"], "shared_replicas": row["shared_replicas"],
+            "physical_uuid": row["physical_uuid"], "time_slicing": sharing,
             "utilization_pct": row["utilization_pct"], "memory_used_mb": row["memory_used_mb"],
             "temperature_c": row["temperature_c"], "power_w": row["power_w"],
             "telemetry_at": drf_datetime(row["telemetry_at"], tz or timezone.get_current_timezone()),

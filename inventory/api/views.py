@@ -3,6 +3,7 @@ by allocation.api.fleet, which subclasses these (inventory never imports allocat
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db.models import QuerySet
@@ -14,6 +15,7 @@ from core.api.viewsets import ReadOnlyViewSet
 from inventory.api.serializers import GpuSerializer, HostSerializer, PoolSerializer
 from inventory.filtersets import GpuFilterSet, HostFilterSet, PoolFilterSet
 from inventory.models import Gpu, Host, Pool
+from inventory.replicas import summarise, unit_key, unit_members
 from inventory.selectors import gpu_list, host_list, pool_stats
 
 
@@ -57,8 +59,8 @@ class HostViewSet(ReadOnlyViewSet):
 
 
 GPU_COLUMNS = ("uuid", "index", "host_id", "pool_id", "parent_id", "model", "memory_mb", "mig_profile", "state",
-               "health", "health_reason", "shared_replicas", "utilization_pct", "memory_used_mb", "temperature_c",
-               "power_w", "telemetry_at", "host__name", "pool__name", "parent__uuid")
+               "health", "health_reason", "shared_replicas", "physical_uuid", "utilization_pct", "memory_used_mb",
+               "temperature_c", "power_w", "telemetry_at", "host__name", "pool__name", "parent__uuid")
 
 
 GPU_ROW_FIELDS = ("id", *GPU_COLUMNS)
@@ -83,6 +85,22 @@ class GpuViewSet(ReadOnlyViewSet):
         """Which lease holds each of these GPUs; allocation's subclass knows (inventory does not)."""
         return {}
 
+    def holder_teams(self, gpu_ids: list[int]) -> dict[int, str]:
+        """The team holding each of these GPUs, "" where the requester may not see it;
+        allocation's subclass knows (inventory does not)."""
+        return {}
+
+    def time_slicing(self, rows: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Per time-sliced GPU of `rows` (with id, physical_uuid, host_id, shared_replicas), its
+        unit's replicas (inventory.replicas) as JSON. Two queries when some row is time-sliced,
+        none otherwise."""
+        shared = {r["id"]: unit_key(r["physical_uuid"], r["host_id"]) for r in rows if r["shared_replicas"] > 1}
+        if not shared:
+            return {}
+        members = unit_members(set(shared.values()))
+        units = summarise(members, self.holder_teams([m[0] for m in members if m[4]]))
+        return {gid: units[key].as_dict() for gid, key in shared.items() if key in units}
+
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """A page rendered from values() rows (GpuSerializer.row_representation): model instances
         of each GPU with its host, pool and parent cost ~30 µs a row."""
@@ -90,6 +108,8 @@ class GpuViewSet(ReadOnlyViewSet):
         page = self.paginate_queryset(query)
         rows = list(page if page is not None else query)
         holders = self.holders([row["id"] for row in rows])
+        sharing = self.time_slicing(rows)
         tz = timezone.get_current_timezone()
-        data = [GpuSerializer.row_representation(row, holders.get(row["id"]), tz) for row in rows]
+        data = [GpuSerializer.row_representation(row, holders.get(row["id"]), tz, sharing.get(row["id"]))
+                for row in rows]
         return self.get_paginated_response(data) if page is not None else Response(data)

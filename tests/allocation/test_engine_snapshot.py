@@ -14,7 +14,15 @@ from allocation.engine import build_snapshot, run_pass
 from allocation.engine.snapshot import read_pool
 from allocation.ledger import decayed_interval, half_life_s
 from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team, UsageLedger
-from allocation.policy.types import GpuView, PriorityClassView, QuotaView, RequestView, RunningView, TeamView
+from allocation.policy.types import (
+    GpuView,
+    PoolView,
+    PriorityClassView,
+    QuotaView,
+    RequestView,
+    RunningView,
+    TeamView,
+)
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, Host, Pool
 
@@ -33,12 +41,13 @@ def reference(pool: Pool):
     gpus = tuple(
         GpuView(id=pk, pool=pool.name, host=host, model=model, memory_mb=mem or 0, driver_version=drv,
                 cuda_version=cuda, mig_profile=mig, time_sliced=replicas > 1,
+                physical=physical if replicas > 1 else "",
                 schedulable=(host_state == HostState.READY and health == Health.OK and not foreign
                              and pk not in parents | held_elsewhere))
-        for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas
+        for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas, physical
         in Gpu.objects.filter(pool=pool, gone=False).values_list(
             "pk", "host__name", "host__state", "model", "memory_mb", "host__driver_version",
-            "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas"))
+            "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas", "physical_uuid"))
     holding: dict[str, list[int]] = {}
     for lease_id, gpu_id in LeaseGpu.objects.filter(active=True, lease__pool=pool).values_list("lease_id", "gpu_id"):
         holding.setdefault(str(lease_id), []).append(gpu_id)
@@ -90,7 +99,7 @@ def mixed_pool(fleet, leases):
     Gpu.objects.filter(pk=first[7].pk).update(health=Health.UNHEALTHY)
     Gpu.objects.filter(pk=first[6].pk).update(foreign=True)
     Gpu.objects.filter(pk=first[5].pk).update(gone=True)
-    Gpu.objects.filter(pk=first[4].pk).update(shared_replicas=4, memory_mb=None)
+    Gpu.objects.filter(pk=first[4].pk).update(shared_replicas=4, memory_mb=None, physical_uuid="GPU-physical")
     Gpu.objects.create(host=hosts[0], pool=pool, parent=first[3], uuid="MIG-child-1", index=3,
                        model=first[3].model, mig_profile="1g.10gb", memory_mb=10240)
     # A lease of another pool still holds a GPU moved into this one.
@@ -134,6 +143,12 @@ def test_the_snapshot_reads_what_the_models_say(mixed_pool) -> None:
         assert team.decayed_usage > 0
     assert gpu_host == dict(Gpu.objects.filter(pool=mixed_pool, gone=False).values_list("pk", "host_id"))
     assert snapshot.now == now.timestamp() and snapshot.half_life_s == 168 * 3600.0
+    assert [g.physical for g in snapshot.gpus if g.time_sliced] == ["GPU-physical"]
+    assert snapshot.pools == {mixed_pool.name: PoolView(mixed_pool.name, share_across_teams=False,
+                                                          fair_share_preemption_interval_s=60.0)}
+    Pool.objects.filter(pk=mixed_pool.pk).update(share_across_teams=True)
+    shared = build_snapshot(Pool.objects.get(pk=mixed_pool.pk), now)[0]
+    assert shared.pools[mixed_pool.name].share_across_teams
 
 
 def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:

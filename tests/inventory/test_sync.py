@@ -132,3 +132,32 @@ def test_cordoned_and_offline_reports_from_the_source_show_on_gpus(source: Sourc
     sync_source(source, Discovery(hosts=(host("c", state="cordoned"), host("o", state="offline"))))
     assert set(Gpu.objects.filter(host__name="c").values_list("state", flat=True)) == {"cordoned"}
     assert set(Gpu.objects.filter(host__name="o").values_list("state", flat=True)) == {"offline"}
+
+
+def test_time_sliced_replicas_record_their_physical_gpu_and_our_process_is_not_foreign(source: Source) -> None:
+    from agents.time_slicing import replicate
+
+    busy = (GpuFact(uuid="GPU-ts", index=0, model="Tesla T4", memory_mb=15360,
+                    processes=(GpuProcess(pid=7),)),)
+    facts = Discovery(hosts=(host("v", gpus=replicate(busy, 4)),))
+    sync_source(source, facts)
+    replicas = Gpu.objects.filter(physical_uuid="GPU-ts").order_by("uuid")
+    assert [(g.shared_replicas, g.state) for g in replicas] == [(4, "foreign")] * 4  # not ours
+    Gpu.objects.filter(uuid="GPU-ts").update(leased=True, state="leased")  # replica 0: the GPU's own uuid
+    report = sync_source(source, facts)
+    assert report.updated == 4  # the process is the lease's: no replica of its GPU is foreign
+    assert [g.state for g in replicas.all()] == ["leased", "free", "free", "free"]
+    assert sync_source(source, facts).updated == 0  # and stay so: no flapping
+
+
+def test_turning_time_slicing_on_and_off_keeps_the_gpus_own_row_and_its_lease(source: Source) -> None:
+    from agents.time_slicing import replicate
+
+    plain = host("v", 1)
+    sync_source(source, Discovery(hosts=(plain,)))
+    Gpu.objects.filter(uuid="GPU-v-0").update(leased=True)
+    report = sync_source(source, Discovery(hosts=(host("v", gpus=replicate(plain.gpus, 3)),)))
+    assert (report.created, report.gone) == (2, 0)
+    assert Gpu.objects.get(uuid="GPU-v-0").physical_uuid == "GPU-v-0"
+    report = sync_source(source, Discovery(hosts=(plain,)))
+    assert report.gone == 2 and Gpu.objects.get(uuid="GPU-v-0").physical_uuid == ""
