@@ -312,8 +312,10 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
         spread = index.find([group], min(req.gpus, index.free_in(group)), False) \
             if index.free_in(group) else None
         hold = spread or Placement((), (0, 0, 0))
-    held = len(index.take(hold))
-    waiting = req.gpus - held
+    held_ids = index.take(hold)
+    if pool.claims is not None:  # time-sliced replicas held for it are its team's from now on
+        pool.claims.claim(held_ids, req.team)
+    waiting = req.gpus - len(held_ids)
     pool.claim_ending(chosen.host, group, waiting)
     quota.promised[(req.team, req.pool)] += req.gpus
     if chosen.victims:
