@@ -7,6 +7,8 @@ import logging
 
 from allocation.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
+from allocation.leases import audit
+from allocation.ledger_check import ledger_check
 from allocation.services.leases import leases_reap
 from core.tasks import final_attempt, gpupool_task
 
@@ -39,3 +41,17 @@ def bind_lease(lease_id: str) -> None:
 @gpupool_task(name="allocation.unbind_lease", retry_on=(TransientBindError,), soft_time_limit=900, time_limit=960)
 def unbind_lease(lease_id: str) -> None:
     lease_unbind(lease_id, final_attempt=final_attempt())
+
+
+@gpupool_task(name="allocation.check_ledger", soft_time_limit=120, time_limit=150)
+def check_ledger() -> None:
+    """Alert on ledger drift: an error in the log and a `ledger.drift` audit event per run that
+    finds any (read-only otherwise: safe on any number of workers, twice or not at all)."""
+    report = ledger_check()
+    if report.ok:
+        return
+    counts = {f.check: f.count for f in report.findings}
+    logger.error("ledger drift: %s", counts)
+    audit(actor="system:check_ledger", action="ledger.drift", obj="ledger",
+          message="; ".join(f"{f.count} × {f.meaning}" for f in report.findings),
+          data=report.as_dict()).save()

@@ -34,6 +34,9 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         "observe-bindings": {"task": "allocation.observe_bindings",
                              "schedule": float(gp["OBSERVE_INTERVAL_S"]),
                              "options": {"expires": float(gp["OBSERVE_INTERVAL_S"])}},
+        # The ledger's invariants (manage.py check_ledger): an audit alert on drift.
+        "check-ledger": {"task": "allocation.check_ledger", "schedule": 300.0,
+                         "options": {"expires": 300.0}},
         # Fans out one discovery task per source whose own interval has elapsed.
         "discover-due-sources": {"task": "inventory.discover_due_sources", "schedule": 5.0,
                                  "options": {"expires": 5.0}},

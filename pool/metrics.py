@@ -25,6 +25,19 @@ class PoolCollector(Collector):
                 "pool__name", "state").annotate(n=Count("pk")):
             leases.add_metric([row["pool__name"], row["state"]], row["n"])
         yield leases
+        yield _ledger_drift()
+
+
+def _ledger_drift() -> GaugeMetricFamily:
+    """Rows breaking each ledger invariant (allocation.ledger_check), computed at scrape time:
+    anything above 0 is worth an alert."""
+    from allocation.ledger_check import ledger_check
+
+    drift = GaugeMetricFamily("gpupool_ledger_drift", "Rows breaking a ledger invariant, by check",
+                              labels=["check"])
+    for check, count in ledger_check().counts().items():
+        drift.add_metric([check], count)
+    return drift
 
 
 _REGISTRY: CollectorRegistry | None = None
