@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from prometheus_client import Histogram
 
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
@@ -31,11 +32,16 @@ from allocation.leases import audit_rows_insert
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind
+from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
 __all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass"]
 logger = logging.getLogger(__name__)
 ROUNDS = 3
+# Served where the pass runs: a worker's metrics port, or /metrics in embedded mode.
+PASS_SECONDS = Histogram("gpupool_pass_duration_seconds", "Scheduling pass time per pool (lock held)",
+                         ["pool"], registry=TASK_METRICS,
+                         buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
 
 
 @dataclass
@@ -78,6 +84,7 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
             if collecting:
                 gc.enable()
         report.seconds = time.perf_counter() - started
+        PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
         reports.append(report)
     return reports
 
