@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.base import GPU_ERRORS_LABEL, HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
+from core.db import SOURCE_LOCKS, advisory_xact_lock
 from inventory.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Source
@@ -50,6 +51,9 @@ def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = 
         return report
 
     with transaction.atomic():
+        # Two syncs of one source at once (a beat run and `manage.py discover`, two beats) take
+        # turns: the second reads what the first wrote instead of inserting the same rows.
+        advisory_xact_lock(SOURCE_LOCKS, source.pk)
         hosts = _sync_hosts(source, discovery.hosts, now, report)
         vanished = _sync_gpus(source, discovery.hosts, hosts, now, report)
         gpu_refresh_states(Gpu.objects.filter(host__source=source))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from prometheus_client import Histogram
 
@@ -32,6 +32,7 @@ from allocation.leases import audit_rows_insert
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind
+from core.db import POOL_LOCKS, advisory_xact_lock
 from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
@@ -56,10 +57,7 @@ class PassReport:
 
 def lock_pool(pool_id: int) -> None:
     """Take the pool's scheduling lock for the rest of the current transaction."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            # One bigint key per pool, in a namespace of our own ("gp" in the high bits).
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", [(0x6770 << 48) | pool_id])
+    advisory_xact_lock(POOL_LOCKS, pool_id)
 
 
 def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) -> list[PassReport]:

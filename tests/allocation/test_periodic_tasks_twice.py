@@ -1,0 +1,80 @@
+"""High availability: two beats, or a retry that overlaps the run it retries, start the same
+periodic work twice at once. Each such task must leave the same result as one run: checked here
+with two threads (two database connections) started together on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from allocation.engine import run_pass
+from allocation.ledger_check import ledger_check
+from allocation.models import AuditEvent, Lease
+from allocation.services.leases import leases_reap
+from inventory.discovery import source_discover
+from inventory.models import Gpu, Host, Source
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _twice(work: Callable[[], Any]) -> list[Any]:
+    """Run `work` in two threads released together; their results (re-raising any error)."""
+    start = threading.Barrier(2)
+    results: list[Any] = [None, None]
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            start.wait()
+            results[i] = work()
+        except BaseException as exc:  # handed to the test thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def test_two_discoveries_of_one_source_take_turns(apply_yaml: Any) -> None:
+    apply_yaml("pools: [{name: p}]\nsources: [{name: many, kind: simulated, pool: p, hosts: 40, "
+               "gpus_per_host: 8}]\n", discover=False)
+    source = Source.objects.get(name="many")
+    reports = _twice(lambda: source_discover(source=Source.objects.get(pk=source.pk)))
+    assert [r.errors for r in reports] == [[], []]
+    assert Host.objects.filter(source=source).count() == 40
+    assert Gpu.objects.filter(host__source=source).count() == 320
+
+
+def test_two_reapers_expire_each_lease_once(fleet: Any, leases: Any) -> None:
+    pool = fleet(hosts=1)
+    made = leases(pool, 8)
+    run_pass([pool.pk])
+    Lease.objects.filter(pk__in=[m.pk for m in made]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    counts = _twice(leases_reap)
+    assert sum(c["expired"] for c in counts) == 8
+    assert AuditEvent.objects.filter(action="lease.expired").count() == 8
+    assert not Gpu.objects.filter(leased=True).exists()
+    assert ledger_check().ok
+
+
+def test_two_passes_over_one_pool_grant_each_gpu_once(fleet: Any, leases: Any) -> None:
+    pool = fleet(hosts=1)
+    leases(pool, 12)
+    _twice(lambda: run_pass([pool.pk]))
+    assert Lease.objects.filter(state="granted").count() == 8
+    assert AuditEvent.objects.filter(action="lease.granted").count() == 8
+    assert Lease.objects.filter(state="pending").count() == 4
+    assert ledger_check().ok
