@@ -3,17 +3,28 @@
 Django's RedisCacheClient makes a new `redis.Redis` object for each cache operation (building its
 table of response callbacks costs ~50 µs, more than the round trip to a local Redis). A Redis
 object over a connection pool is safe to share between threads, so one per pool is kept. The
-lease-create throttle and the capacity-profile cache make three such calls per lease request."""
+lease-create throttle and the capacity-profile cache make three such calls per lease request.
+
+The cache is an optimisation and a debounce, never the record: when Redis cannot be reached every
+operation behaves as on an empty cache (a get misses, an add succeeds, a write is dropped), with a
+warning at most once a minute per process. So while Redis is down the API keeps answering from
+PostgreSQL (lease requests are not throttled then) instead of failing."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache.backends import redis as django_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     import redis
+
+logger = logging.getLogger(__name__)
 
 
 class RedisCacheClient(django_redis.RedisCacheClient):
@@ -37,3 +48,41 @@ class RedisCache(django_redis.RedisCache):
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = RedisCacheClient
+
+
+_FAIL_OPEN: dict[str, Any] = {
+    "get": lambda args, kwargs: kwargs.get("default", args[1] if len(args) > 1 else None),
+    "get_many": lambda args, kwargs: {},
+    "add": lambda args, kwargs: True,
+    "has_key": lambda args, kwargs: False,
+    "set_many": lambda args, kwargs: [],
+}
+_warned_at = 0.0
+
+
+def _unreachable(name: str, exc: Exception) -> None:
+    global _warned_at
+    now = time.monotonic()
+    if now - _warned_at >= 60.0:
+        _warned_at = now
+        logger.warning("Redis cache unreachable (%s: %s); serving as an empty cache", name, exc)
+
+
+def _fail_open(name: str) -> Callable[..., Any]:
+    base = getattr(django_redis.RedisCache, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return base(self, *args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            _unreachable(name, exc)
+            fallback = _FAIL_OPEN.get(name)
+            return fallback(args, kwargs) if fallback is not None else None
+
+    method.__name__ = name
+    return method
+
+
+for _name in ("get", "get_many", "add", "has_key", "set", "set_many", "touch", "delete",
+              "delete_many", "clear"):
+    setattr(RedisCache, _name, _fail_open(_name))

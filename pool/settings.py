@@ -109,8 +109,10 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+    # Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
     CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool"}}
+                          "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool",
+                          "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
 else:
     # kombu's filesystem transport: a real broker between real processes, needing no server.
     _broker_dir = VAR_DIR / "broker"
