@@ -265,15 +265,6 @@ def _describe_replicas(tiles: Iterable[GpuTile]) -> None:
         tile.sharing = units[unit_key(tile.gpu.physical_uuid, tile.gpu.host_id)]
 
 
-def fleet_state_counts(rows: list[HostRow]) -> list[tuple[str, str, int]]:
-    """(state, label, count) of every GPU state, in a fixed order: the grid's legend."""
-    counts: dict[str, int] = defaultdict(int)
-    for row in rows:
-        for tile in row._all():
-            counts[tile.gpu.state] += 1
-    return [(value, label, counts[value]) for value, label in GpuState.choices]
-
-
 def pending_queue(*, user: Any) -> QuerySet[Lease]:
     """Pending leases the user may see, in the scheduler's order within each pool."""
     return lease_list(user=user).filter(state=LeaseState.PENDING).order_by(

@@ -9,8 +9,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from allocation.services.admin import host_admin_action
 from core.errors import DomainError
 from frontend.access import admin_required, htmx_target, is_htmx, login_required
+from frontend.fleet_page import SORT_LABELS, FleetQuery, fleet_page
 from frontend.selectors import fleet as fleet_rows
-from frontend.selectors import fleet_state_counts
+from inventory.choices import GpuState
 from inventory.models import Host, Pool
 
 VERBS = {"cordon": "cordoned", "drain": "drained", "uncordon": "uncordoned"}
@@ -18,10 +19,15 @@ VERBS = {"cordon": "cordoned", "drain": "drained", "uncordon": "uncordoned"}
 
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
-    pool = request.GET.get("pool", "")
-    rows = fleet_rows(user=request.user, pool=pool)
-    context = {"hosts": rows, "legend": fleet_state_counts(rows), "pool": pool,
-               "pools": Pool.objects.order_by("name").values_list("name", flat=True)}
+    """Hosts filtered, sorted and paginated in the database; the live part polls the same query."""
+    query = FleetQuery.from_params(request.GET)
+    page = fleet_page(user=request.user, query=query)
+    context = {"hosts": page.rows, "legend": page.legend, "page": page, "query": query,
+               "pool": query.pool, "qs": query.query_string(),
+               "prev_qs": query.query_string(page=page.page - 1),
+               "next_qs": query.query_string(page=page.page + 1),
+               "pools": Pool.objects.order_by("name").values_list("name", flat=True),
+               "states": GpuState.choices, "sorts": SORT_LABELS.items()}
     if htmx_target(request) == "fleet-live":
         return render(request, "frontend/partials/fleet_live.html", context)
     return render(request, "frontend/fleet.html", context)

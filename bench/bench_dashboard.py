@@ -1,0 +1,103 @@
+"""Dashboard pages at fleet scale: server time per page with 2,000 hosts, 16,000 GPUs (all held)
+and 10,000 pending leases, logged in as a pool admin (who sees everything).
+
+    .venv/bin/python bench/bench_dashboard.py [--hosts 2000] [--pending 10000] [--repeat 5]
+
+Each page is rendered in this process through Django's test client (the server's work: queries,
+templates; no network, no browser), median of `--repeat` after one warm-up. The target is
+≤ 300 ms a page; `/healthz` is the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _django
+
+PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?state=free&sort=free",
+         "/fleet/?q=node-1", "/queue/", "/leases/", "/capacity/"]
+
+
+def build(hosts: int, pending: int) -> None:
+    """The fleet, all of it granted (4-GPU leases), then `pending` requests that must wait."""
+    from django.contrib.auth import get_user_model
+
+    from allocation.apply import config_apply
+    from allocation.config import parse_config
+    from allocation.engine import run_pass
+    from allocation.models import Lease, PriorityClass, Team
+    from inventory.discovery import source_discover
+    from inventory.models import Pool, Source
+
+    teams = [f"team-{i}" for i in range(10)]
+    config_apply(parse_config(f"""
+pools: [{{name: bench}}]
+teams: [{", ".join(f"{{name: {t}, weight: {1 + i % 3}}}" for i, t in enumerate(teams))}]
+quotas: [{", ".join(f"{{team: {t}, pool: bench, guaranteed: 800, limit: null}}" for t in teams)}]
+priority_classes: [{{name: default, value: 0}}]
+sources: [{{name: sim, kind: simulated, pool: bench, hosts: {hosts}, gpus_per_host: 8}}]
+"""))
+    source_discover(source=Source.objects.get(name="sim"))
+    pool, user = Pool.objects.get(name="bench"), get_user_model().objects.create(username="bench")
+    rows, default = {t.name: t for t in Team.objects.all()}, PriorityClass.objects.get(name="default")
+
+    def add(n: int, gpus: int) -> None:
+        Lease.objects.bulk_create([Lease(team=rows[teams[i % len(teams)]], user=user, pool=pool,
+                                         priority_class=default, gpu_count=gpus, ttl_seconds=86400)
+                                   for i in range(n)])
+
+    add(hosts * 2, 4)  # every GPU
+    run_pass([pool.pk])
+    add(pending, 4)  # they wait, each with a reason and a position
+    run_pass([pool.pk])
+    held = Lease.objects.filter(state="granted").count()
+    waiting = Lease.objects.filter(state="pending").count()
+    assert (held, waiting) == (hosts * 2, pending), (held, waiting)
+
+
+def measure(repeat: int) -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin = get_user_model().objects.create(username="admin", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+    out = {}
+    for path in PAGES:
+        client.get(path)  # warm-up: templates compiled, caches filled
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            response = client.get(path)
+            times.append(time.perf_counter() - start)
+            assert response.status_code == 200, (path, response.status_code)
+        out[path] = statistics.median(times)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=2000)
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    vendor = _django.setup("gpupool_bench_dashboard")
+    started = time.perf_counter()
+    build(args.hosts, args.pending)
+    print(f"fleet: {args.hosts} hosts, {args.hosts * 8} GPUs, {args.pending} pending on {vendor} "
+          f"(built in {time.perf_counter() - started:.0f} s)")
+    times = measure(args.repeat)
+    base = times["/healthz"]
+    for path, seconds in times.items():
+        verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")
+        print(f"{path:32s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+
+
+if __name__ == "__main__":
+    main()
