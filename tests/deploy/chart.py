@@ -59,7 +59,7 @@ def _rendered_set(value_set: str) -> tuple[Manifest, ...]:
 
 def rendered(value_set: str) -> list[Manifest]:
     """The manifests of one value set (rendered once per test session; callers get copies)."""
-    return yaml.safe_load(yaml.safe_dump(list(_rendered_set(value_set))))  # type: ignore[no-any-return]
+    return yaml.safe_load(yaml.safe_dump(list(_rendered_set(value_set))))
 
 
 def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +15,13 @@ import pytest
 import yaml
 
 from tests.deploy.chart import (
+    CHART,
     KUBE_VERSIONS,
     NAMESPACE,
     RELEASE,
     REPO,
     SECRET_SETTINGS,
     VALUE_SETS,
-    CHART,
     containers,
     helm,
     hook,
@@ -122,7 +123,7 @@ def test_no_secret_is_in_a_configmap_or_an_environment_variable() -> None:
     configmap = named(rendered("minimal"), "ConfigMap", FULLNAME)
     assert not set(configmap["data"]) & set(SECRET_SETTINGS)
     # Asking for a secret through the plain `env` map is refused, naming the setting.
-    with pytest.raises(Exception, match="env.DATABASE_URL is a secret setting"):
+    with pytest.raises(helm().HelmRenderError, match=re.escape("env.DATABASE_URL is a secret setting")):
         render({**values("minimal"), "env": {"DATABASE_URL": "postgres://x"}})
 
 
@@ -153,7 +154,7 @@ def test_an_install_without_a_secret_setting_fails_naming_it(missing: str) -> No
     for key in parents:
         node = node[key]
     del node[leaf]
-    with pytest.raises(Exception, match=f"{missing} is required"):
+    with pytest.raises(helm().HelmRenderError, match=re.escape(f"{missing} is required")):
         render(chosen)
 
 
