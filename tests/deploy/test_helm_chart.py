@@ -172,22 +172,27 @@ def test_the_app_reads_the_rendered_settings_as_the_pods_give_them(tmp_path: Pat
     env.update({e["name"]: e["value"].replace("/etc/gpupool/secrets", str(secret_dir)) for e in container["env"]})
     env["GPUPOOL_VAR_DIR"] = str(tmp_path / "var")  # the emptyDir at /var/lib/gpupool in the pod
     probe_host = container["readinessProbe"]["httpGet"]["httpHeaders"][0]["value"]
-    # The readiness probe's request, made in that process: the database host does not resolve
-    # here, so an accepted Host header gets /healthz's 503; a refused one (a pod IP) gets 400.
+    # The probes' requests, made in that process: the database host does not resolve here, so an
+    # accepted Host header gets /healthz's 503 (readiness), a refused one (a pod IP) gets 400, and
+    # the liveness probe (no database check) 200.
     script = ("import django, json; django.setup(); from django.conf import settings as s; "
               "from django.test import Client; c = Client(raise_request_exception=False); "
               f"probe = c.get({container['readinessProbe']['httpGet']['path']!r}, HTTP_HOST={probe_host!r}); "
               "pod_ip = c.get('/healthz', HTTP_HOST='10.1.2.3:8000'); "
+              f"live = c.get({container['livenessProbe']['httpGet']['path']!r}, HTTP_HOST={probe_host!r}); "
               "print(json.dumps([s.SECRET_KEY, s.GPUPOOL['FERNET_KEY'], s.DATABASES['default']['HOST'], "
-              "s.CELERY_BROKER_URL, s.ALLOWED_HOSTS, probe.status_code, probe.json(), pod_ip.status_code]))")
+              "s.CELERY_BROKER_URL, s.ALLOWED_HOSTS, probe.status_code, probe.json(), pod_ip.status_code, "
+              "live.status_code]))")
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    secret_key, fernet_key, db_host, broker, allowed, probe, body, pod_ip = json.loads(out.strip().splitlines()[-1])
+    secret_key, fernet_key, db_host, broker, allowed, probe, body, pod_ip, live = json.loads(
+        out.strip().splitlines()[-1])
     chosen = values("minimal")
     assert (secret_key, fernet_key) == (chosen["secretKey"], chosen["fernetKey"])
     assert db_host == "postgres.example.internal" and broker == chosen["redis"]["external"]["url"]
     assert probe_host in allowed and f"{probe_host}.{NAMESPACE}.svc" in allowed
     assert (probe, body["status"], pod_ip) == (503, "unavailable", 400)
+    assert live == 200  # the liveness probe does not restart a pod for a database outage
     # The app writes only under GPUPOOL_VAR_DIR: the pods mount an emptyDir there.
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {env_var_dir(manifests), "/tmp"}
 

@@ -118,8 +118,9 @@ def test_web_is_ready_on_healthz_and_its_liveness_survives_a_database_outage() -
     [host] = [h["value"] for h in readiness["httpHeaders"] if h["name"] == "Host"]
     allowed = named(manifests, "ConfigMap", FULLNAME)["data"]["ALLOWED_HOSTS"].split(",")
     assert host in allowed and "gpupool.example.org" in allowed
-    for probe in ("livenessProbe", "startupProbe"):
-        assert "/healthz" not in str(container[probe]) and container[probe]["tcpSocket"] == {"port": "http"}
+    liveness = container["livenessProbe"]["httpGet"]
+    assert liveness["path"] == "/healthz?probe=liveness" and host in str(liveness["httpHeaders"])
+    assert container["startupProbe"]["tcpSocket"] == {"port": "http"}
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     service = named(manifests, "Service", f"{FULLNAME}-web")
     assert service["spec"]["ports"][0]["targetPort"] == "http"
