@@ -25,3 +25,12 @@ class BindingKind(models.TextChoices):
     NONE = "", "None"
     PROCESS = "process", "Process over SSH"
     POD = "pod", "Kubernetes pod"
+
+
+class ReservationState(models.TextChoices):
+    """`active` until cancelled; one whose end has passed reads as `ended`
+    (`Reservation.current_state`), without a write at the end."""
+
+    ACTIVE = "active", "Active"
+    CANCELLED = "cancelled", "Cancelled"
+    ENDED = "ended", "Ended"

@@ -2,10 +2,11 @@
 parameters: `?state=pending&state=granted`."""
 
 import django_filters
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
-from allocation.choices import LeaseState
-from allocation.models import AuditEvent, Lease, Quota
+from allocation.choices import LeaseState, ReservationState
+from allocation.models import AuditEvent, Lease, Quota, Reservation
 from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
 
 
@@ -55,3 +56,30 @@ class AuditEventFilterSet(StrictFilterSet):
     class Meta:
         model = AuditEvent
         fields = ["action", "action_prefix", "actor", "lease", "object_type", "object_id", "since", "until"]
+
+
+class ReservationFilterSet(StrictFilterSet):
+    """`state` reads as `Reservation.current_state`: an active reservation whose end has passed
+    is `ended`."""
+
+    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
+    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
+    state = django_filters.ChoiceFilter(choices=ReservationState.choices, method="filter_state",
+                                        help_text="active, cancelled or ended.")
+    since = IsoDateTimeFilter(field_name="end", lookup_expr="gt",
+                              help_text="Windows that end after this time (ISO 8601).")
+    until = IsoDateTimeFilter(field_name="start", lookup_expr="lt",
+                              help_text="Windows that begin before this time (ISO 8601).")
+
+    class Meta:
+        model = Reservation
+        fields = ["pool", "team", "state", "since", "until"]
+
+    def filter_state(self, queryset: QuerySet[Reservation], name: str, value: str) -> QuerySet[Reservation]:
+        now = timezone.now()
+        active = Q(state=ReservationState.ACTIVE)
+        if value == ReservationState.ACTIVE:
+            return queryset.filter(active, end__gt=now)
+        if value == ReservationState.ENDED:
+            return queryset.filter(Q(state=ReservationState.ENDED) | (active & Q(end__lte=now)))
+        return queryset.filter(state=value)

@@ -15,6 +15,8 @@ urlpatterns = [
     path("fleet/", views.fleet, name="fleet"),
     path("fleet/hosts/<int:host_id>/<str:verb>/", views.host_action, name="host-action"),
     path("queue/", views.queue, name="queue"),
+    path("queue/reservations/<int:reservation_id>/cancel/", views.reservation_cancel_view,
+         name="reservation-cancel"),
     path("leases/", views.leases, name="leases"),
     path("leases/<uuid:lease_id>/", views.lease_detail, name="lease-detail"),
     path("leases/<uuid:lease_id>/release/", views.lease_release_view, name="lease-release"),

@@ -5,6 +5,7 @@
     gpupool request --gpus 2 [--pool P --model H100 --ttl 2h --spread --priority high --wait]
     gpupool run --gpus 1 -- python train.py
     gpupool ls [--all] | show ID | renew ID [--ttl 2h] | release ID | top [--once]
+    gpupool reservations [list | create --pool P --team T --gpus 4 --start ISO --for 2h | cancel ID]
 
 Exit codes: 0 ok, 1 API error, 2 usage, 3 not found or not allowed, 130 interrupted.
 """
@@ -15,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gpupool_cli import __version__, config
+from gpupool_cli import __version__, config, reservations
 from gpupool_cli.client import Client
 from gpupool_cli.context import Ctx
 from gpupool_cli.errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError
@@ -100,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("id")
     release.add_argument("--reason", help="why, for the audit trail")
 
+    reservations.add_parser(add)
+
     top = add("top", "live view of pools, quotas and the queue (refreshes every 2 s)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
     top.add_argument("--interval", type=float, default=2.0, help="seconds between frames")
@@ -107,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"pools": cmd_pools, "gpus": cmd_gpus, "hosts": cmd_hosts, "top": cmd_top, "request": cmd_request,
-            "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "renew": cmd_renew, "release": cmd_release}
+            "run": cmd_run, "ls": cmd_ls, "show": cmd_show, "renew": cmd_renew, "release": cmd_release,
+            "reservations": reservations.cmd_reservations}
 
 
 def cmd_login(args: argparse.Namespace, ctx_output: str) -> int:

@@ -5,8 +5,8 @@ each is unavailable here: a MIG parent, or held by a lease of another pool) and 
 active GPU links of its leases and those leases, and its pending leases with their current
 explanation. They return plain tuples, never model instances; the same SQL runs on PostgreSQL
 and SQLite with a few dialect snippets (ids as text, times as epoch seconds). Teams (with the
-fair-share ledger), quotas, priority classes and the scheduler settings (global and the pool's own)
-take six small queries.
+fair-share ledger), quotas, priority classes, the scheduler settings (global and the pool's own)
+and the advance reservations not yet ended take seven small queries.
 
 Views are reused from the pool's previous pass in this process when their rows are unchanged: the
 whole GPU tuple (so the policy's layout, memoised by the tuple's identity, stays warm), and each
@@ -28,13 +28,14 @@ from django.db import connection
 
 from allocation.choices import END_STATES, LeaseState
 from allocation.ledger import team_usage_views
-from allocation.models import PoolScheduling, SchedulerSettings
+from allocation.models import PoolScheduling, Reservation, SchedulerSettings
 from allocation.policy.types import (
     GpuView,
     PoolView,
     PriorityClassView,
     QuotaView,
     RequestView,
+    ReservationView,
     RunningView,
     Snapshot,
 )
@@ -242,6 +243,15 @@ def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
         last_fair_share_preemption=None if last is None else last.timestamp())
 
 
+def reservation_views(pool: Pool, now: datetime) -> tuple[ReservationView, ...]:
+    """The pool's active reservations that have not ended (those not begun yet too), in one
+    query."""
+    rows = (Reservation.objects.filter(pool_id=pool.pk, state="active", end__gt=now).order_by("start", "pk")
+            .values_list("pk", "team__name", "gpus", "start", "end", "model"))
+    return tuple(ReservationView(str(pk), team, pool.name, gpus, start.timestamp(), end.timestamp(), model)
+                 for pk, team, gpus, start, end, model in rows)
+
+
 def read_pool(pool: Pool, now: datetime) -> PoolRead:
     """Read one pool's state (see the module docstring); reuses unchanged views of its last pass."""
     postgres = connection.vendor == "postgresql"
@@ -288,7 +298,8 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
                         quotas=quotas, running=tuple(view for _, view in running_views.values()),
                         pending=tuple(view for _, view in pending_views.values()),
                         priority_classes=classes, half_life_s=half_life,
-                        pools={pool.name: pool_view(pool, sched)})
+                        pools={pool.name: pool_view(pool, sched)},
+                        reservations=reservation_views(pool, now))
     return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows})
 
 

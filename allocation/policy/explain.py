@@ -7,11 +7,12 @@ being stopped for them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from allocation.policy.matching import constraint_of, kind_eligible, model_alternatives, model_matches
 from allocation.policy.placement import FreeIndex, Group
-from allocation.policy.types import RequestView
+from allocation.policy.types import RequestView, ReservationView
 
 _MAX_NAMES = 3
 
@@ -176,3 +177,18 @@ def preempted_for_fair_share(by: RequestView, victim_team: str, by_share: float,
 
 def _per_weight(value: float) -> str:
     return "∞" if value == float("inf") else f"{value:.3g}"
+
+
+def _at(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
+
+
+def reserved(req: RequestView, view: ReservationView, label: str, held: int, active: bool) -> str:
+    """A request kept off GPUs an advance reservation of another team holds: during its window,
+    or before it when the lease would still run at its start."""
+    what = (f"{_gpus(held)} of {label} in pool {req.pool} are reserved for team {view.team} "
+            f"(reservation {view.reservation_id}, {_gpus(view.gpus)}")
+    if active:
+        return f"{what} until {_at(view.end)})"
+    return (f"{what} from {_at(view.start)} to {_at(view.end)}); a lease that would still run "
+            "at its start may not take them (one with a shorter ttl_seconds may)")

@@ -27,7 +27,14 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-from allocation.policy import backfill, explain, preemption, preemption_fair, preemption_team
+from allocation.policy import (
+    backfill,
+    explain,
+    preemption,
+    preemption_fair,
+    preemption_team,
+    reservations,
+)
 from allocation.policy.fairshare import team_share
 from allocation.policy.gates import Refusal
 from allocation.policy.placement import FitMemo, Group, Placement
@@ -89,6 +96,8 @@ class _FairPass(PoolPass):
             queues[req.team].append(req)
         for queue in queues.values():
             queue.sort(key=queue_order, reverse=True)  # pop() from the end is the head
+        if self.holds is not None:
+            self._reserved_first(queues)
         deferred: dict[str, list[RequestView]] = defaultdict(list)
         self._drain(queues, deferred)  # tier 0: requests within their team's guarantee
         for queue in deferred.values():
@@ -115,6 +124,36 @@ class _FairPass(PoolPass):
                     self._place(req, groups, (tier, -req.priority))
             if queue:
                 heapq.heappush(heap, self._key(queue[-1]))
+
+    def _reserved_first(self, queues: dict[str, list[RequestView]]) -> None:
+        """During a reservation's window, its team's requests (in the team's order) are served
+        first from the GPUs it holds: granted there when they fit, or left to the phases."""
+        assert self.holds is not None
+        for hold in self.holds.serving():
+            queue = queues.get(hold.view.team)
+            if not queue:
+                continue
+            kept: list[RequestView] = []
+            for req in reversed(queue):  # the head first
+                if hold.held <= 0 or req.gpus > hold.held or not self._reserved_grant(req, hold):
+                    kept.append(req)
+            queue[:] = kept[::-1]
+
+    def _reserved_grant(self, req: RequestView, hold: reservations.Hold) -> bool:
+        """Grant `req` on `hold`'s kinds if it passes the gates and fits there. True when it
+        was decided (granted, or pending with a gate's reason)."""
+        if not any(kid in hold.kinds for group in self.pool.index.groups_for(req)
+                   for kid in group.kinds):
+            return False
+        groups = self.admitted(req)
+        if groups is None:
+            return True
+        assert self.holds is not None
+        placement = self.fits.find(self.pool.index, req, groups, self.holds.only(hold, groups))
+        if placement is None:
+            return False
+        self._grant(req, placement)
+        return True
 
     def _key(self, req: RequestView) -> tuple[int, float, float, str, str]:
         return (-req.priority, self._share(req.team), req.created_at, req.lease_id, req.team)
@@ -170,6 +209,11 @@ class _FairPass(PoolPass):
         placement = self.fits.find(self.pool.index, req, groups)
         if placement is not None and ahead:
             placement = self._clear_of_heads(req, groups, ahead, placement)
+            if placement is None:
+                return
+        if placement is not None and self.holds is not None:
+            exclude = backfill.exclusions(self.pool, ahead, req, groups, self.now) if ahead else None
+            placement = self.clear_of_holds(req, groups, placement, exclude)
             if placement is None:
                 return
         if placement is not None:

@@ -1,6 +1,7 @@
 """The plain baseline: priority, then arrival order, per pool; the same admission gates,
 matching and best-fit placement as the fair policy (so a team's hard limit is respected); no
-guarantees-first ordering, no fair share, no preemption, no reservations. A request that does
+guarantees-first ordering, no fair share, no preemption, no backfill reservations (advance
+reservations are kept: a user's booking is a rule, like a limit). A request that does
 not fit is skipped and the next one is tried (Kueue's BestEffortFIFO), so the baseline is not
 crippled by head-of-line blocking. Used by `simulate --policy fifo` as the yardstick the fair
 policy is measured against."""
@@ -34,6 +35,10 @@ class _FifoPass(PoolPass):
 
     def _place(self, req: RequestView, groups: Sequence[Group]) -> None:
         placement = self.fits.find(self.pool.index, req, groups)
+        if placement is not None and self.holds is not None:
+            placement = self.clear_of_holds(req, groups, placement)
+            if placement is None:
+                return
         if placement is None:
             self.pending.add(req, self.no_room.reason(self.pool, req, groups))
         else:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from allocation.policy import explain
 from allocation.policy.gates import GateContext, Refusal, admit
-from allocation.policy.placement import FitMemo, Group, Placement
+from allocation.policy.placement import Exclusions, FitMemo, Group, Placement
+from allocation.policy.reservations import Holds
 from allocation.policy.state import PassState, PoolState
 from allocation.policy.types import Decisions, Grant, Pending, RequestView
 
@@ -63,6 +64,8 @@ class PoolPass:
         self.pending = PendingLog(decisions.pending)
         self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
         self.no_room = NoRoomReasons()
+        # Advance reservations of the pool; None (nothing to check) when it has none.
+        self.holds = Holds.of(state.snapshot, self.pool) if state.snapshot.reservations else None
 
     def admitted(self, req: RequestView) -> tuple[Group, ...] | None:
         """The request's eligible GPU groups when it passes every gate; None when one refuses
@@ -80,6 +83,23 @@ class PoolPass:
         limit preempting its own lower-priority leases)."""
         self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
 
+    def clear_of_holds(self, req: RequestView, groups: Sequence[Group], placement: Placement,
+                       exclude: Exclusions | None = None) -> Placement | None:
+        """`placement`, or one that keeps every advance reservation `req` must respect (found
+        clear of the kinds of those it would break, on top of `exclude`); None, and `req`
+        pending with the reservation's reason, when there is none. Call only with holds."""
+        holds = self.holds
+        assert holds is not None
+        broken = holds.broken(req, placement)
+        while broken is not None:
+            exclude = holds.exclude(broken, exclude)
+            found = self.fits.find(self.pool.index, req, groups, exclude)
+            if found is None:
+                self.pending.add(req, holds.reason(req, broken))
+                return None
+            placement, broken = found, holds.broken(req, found)
+        return placement
+
     def grant(self, req: RequestView, placement: Placement) -> Grant:
         """Take the placement's GPUs for `req`, count them for its team and record the grant.
         Time-sliced replicas share a physical GPU without isolation: unless the pool shares
@@ -88,6 +108,8 @@ class PoolPass:
         if self.pool.claims is not None:
             self.pool.claims.claim(gpu_ids, req.team)
         borrowed = self.quota.grant(req.team, self.name, req.gpus)
+        if self.holds is not None:
+            self.holds.granted(req.team, placement)
         decision = Grant(req.lease_id, tuple(sorted(gpu_ids)), placement.host, borrowed)
         self.decisions.grants.append(decision)
         return decision

@@ -120,6 +120,20 @@ class RunningView:
 
 
 @dataclass(frozen=True)
+class ReservationView:
+    """An advance reservation: `gpus` GPUs matching `model` ("" any; as `RequestView.model`) in
+    `pool` kept for `team` over [start, end). Only active ones that have not ended are listed."""
+
+    reservation_id: str
+    team: str
+    pool: str
+    gpus: int
+    start: float
+    end: float
+    model: str = ""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     now: float
     gpus: tuple[GpuView, ...]
@@ -135,6 +149,8 @@ class Snapshot:
     # decision (the simulator). Decisions are the same either way.
     estimate_starts: bool = True
     pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
+    # Advance reservations not yet ended (reservations.py); () costs nothing.
+    reservations: tuple[ReservationView, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,19 @@
 
 from frontend.views.capacity import capacity, capacity_confirm_view, capacity_preview_view
 from frontend.views.fleet import fleet, host_action
-from frontend.views.leases import lease_detail, lease_release_view, lease_renew_view, leases, queue
+from frontend.views.leases import (
+    lease_detail,
+    lease_release_view,
+    lease_renew_view,
+    leases,
+    queue,
+    reservation_cancel_view,
+)
 from frontend.views.overview import overview
 from frontend.views.quotas import quota_edit, quotas, team_weight
 
 __all__ = [
     "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "host_action", "lease_detail",
     "lease_release_view", "lease_renew_view", "leases", "overview", "queue", "quota_edit", "quotas",
-    "team_weight",
+    "reservation_cancel_view", "team_weight",
 ]

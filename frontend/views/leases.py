@@ -13,10 +13,12 @@ from allocation.choices import ACTIVE_STATES, HOLDING_STATES, LeaseState
 from allocation.models import AuditEvent, Lease
 from allocation.selectors import lease_list, team_list
 from allocation.services.leases import lease_release, lease_renew
+from allocation.services.reservations import reservation_cancel
 from core.errors import DomainError
 from frontend.access import htmx_target, login_required
 from frontend.forms import LeaseFilterForm, ReleaseForm, RenewForm
 from frontend.selectors import pending_queue
+from frontend.timeline import reservation_timeline
 from inventory.models import Pool
 
 PAGE_SIZE = 50
@@ -24,10 +26,24 @@ PAGE_SIZE = 50
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    context = {"leases": list(pending_queue(user=request.user)[:500]), "now": timezone.now()}
+    context: dict[str, object] = {"leases": list(pending_queue(user=request.user)[:500]), "now": timezone.now()}
     if htmx_target(request) == "queue-live":
         return render(request, "frontend/partials/queue_live.html", context)
+    context["timeline"] = reservation_timeline(user=request.user, now=timezone.now())
     return render(request, "frontend/queue.html", context)
+
+
+@login_required
+def reservation_cancel_view(request: HttpRequest, reservation_id: int) -> HttpResponse:
+    """Cancel from the queue page's timeline (POST, CSRF); the service decides who may."""
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    try:
+        reservation = reservation_cancel(reservation_id=reservation_id, user=request.user)
+        messages.success(request, f"Reservation {reservation.pk} is cancelled.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("frontend:queue")
 
 
 @login_required

@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 from allocation.api.audit import AuditEventViewSet
 from allocation.api.fleet import GpuViewSet, HostViewSet, PoolViewSet
 from allocation.api.leases import LeaseViewSet
+from allocation.api.reservations import ReservationViewSet
 from allocation.api.teams import PriorityClassViewSet, QuotaViewSet, TeamViewSet
 
 
@@ -25,6 +26,7 @@ router.register("teams", TeamViewSet, basename="team")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("priority-classes", PriorityClassViewSet, basename="priorityclass")
 router.register("leases", LeaseViewSet, basename="lease")
+router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("audit-events", AuditEventViewSet, basename="auditevent")
 
 urlpatterns = router.urls
