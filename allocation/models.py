@@ -38,7 +38,7 @@ class IdleReclaimFields(models.Model):
                 "idle_for_s": rule.for_s if rule else None, "idle_warn_s": rule.warn_s if rule else None}
 
 
-def idle_reclaim_constraints(prefix: str) -> list[models.CheckConstraint]:
+def idle_reclaim_constraints(prefix: str) -> list[models.BaseConstraint]:
     """The database's guard of an IdleReclaimFields model: all or none, within range."""
     none = Q(idle_below_util_pct__isnull=True, idle_for_s__isnull=True, idle_warn_s__isnull=True)
     valid = Q(idle_below_util_pct__gte=0, idle_below_util_pct__lte=100, idle_for_s__gt=0, idle_warn_s__gte=0)
