@@ -37,7 +37,7 @@ def test_one_gpu_idle_run(utils, verdict, idle_for) -> None:
     if idle_for is None:
         assert state.idle_since is None
     else:
-        assert NOW - state.idle_since == idle_for
+        assert state.idle_since is not None and NOW - state.idle_since == idle_for
 
 
 def test_no_samples_is_no_telemetry_and_never_reclaims() -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from allocation.policy import get_policy
-from allocation.policy.replay import Job, Replay, jain, percentile
+from allocation.policy.measures import jain, percentile
+from allocation.policy.replay import Job, Replay
 from allocation.policy.types import Decisions, PoolView, PriorityClassView, QuotaView, Snapshot
 from allocation.simulation import (
     TraceError,
