@@ -13,8 +13,10 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
+from allocation.config.idle import idle_reclaim_export
 from allocation.leases import audit
-from allocation.models import PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
+from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
+from allocation.policy.idle import IdleReclaim
 from inventory.models import Pool, Source
 from inventory.secrets import source_secrets_open, source_secrets_seal, source_secrets_split
 
@@ -81,7 +83,19 @@ def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
             pool.save()
         if spec.scheduler is not None:
             _apply_pool_scheduler(pools[spec.name], spec.scheduler, changes)
+        _apply_pool_idle_reclaim(pools[spec.name], spec.idle_reclaim, changes)
     return pools
+
+
+def _apply_pool_idle_reclaim(pool: Pool, rule: IdleReclaim | None, changes: list[str]) -> None:
+    """The pool's `idle_reclaim`, as the file gives it: absent or null turns it off."""
+    row = PoolScheduling.objects.filter(pool=pool).first()
+    if row is None:
+        if rule is None:
+            return
+        row = PoolScheduling(pool=pool)
+    if _set(row, IdleReclaimFields.idle_values(rule), f"pool {pool.name} idle_reclaim", changes):
+        row.save()
 
 
 def _apply_pool_scheduler(pool: Pool, spec: PoolSchedulerSpec, changes: list[str]) -> None:
@@ -155,7 +169,8 @@ def _apply_priority_classes(cfg: Config, changes: list[str]) -> None:
     classes = {c.name: c for c in PriorityClass.objects.all()}
     for spec in cfg.priority_classes:
         values = {"value": spec.value, "preemptible": spec.preemptible,
-                  "min_runtime_s": spec.min_runtime_s, "grace_s": spec.grace_s}
+                  "min_runtime_s": spec.min_runtime_s, "grace_s": spec.grace_s,
+                  **IdleReclaimFields.idle_values(spec.idle_reclaim)}
         pc = classes.get(spec.name)
         if pc is None:
             PriorityClass.objects.create(name=spec.name, **values)
@@ -224,9 +239,7 @@ def config_export() -> dict[str, Any]:
                    "members": sorted(u.username for u in t.members.all())}
                   for t in Team.objects.prefetch_related("members")],
         "quotas": [_quota_export(q) for q in Quota.objects.select_related("team", "pool")],
-        "priority_classes": [{"name": c.name, "value": c.value, "preemptible": c.preemptible,
-                              "min_runtime_s": c.min_runtime_s, "grace_s": c.grace_s}
-                             for c in PriorityClass.objects.all()],
+        "priority_classes": [_export_priority_class(c) for c in PriorityClass.objects.all()],
     }
     sched = SchedulerSettings.objects.filter(pk=1).first()
     if sched is not None:
@@ -247,4 +260,16 @@ def _export_pool(pool: Pool) -> dict[str, Any]:
     overrides = scheduling.overrides() if scheduling is not None else {}
     if overrides:
         data["scheduler"] = overrides
+    idle = idle_reclaim_export(scheduling.idle_reclaim) if scheduling is not None else None
+    if idle is not None:
+        data["idle_reclaim"] = idle
+    return data
+
+
+def _export_priority_class(pc: PriorityClass) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": pc.name, "value": pc.value, "preemptible": pc.preemptible,
+                            "min_runtime_s": pc.min_runtime_s, "grace_s": pc.grace_s}
+    idle = idle_reclaim_export(pc.idle_reclaim)
+    if idle is not None:
+        data["idle_reclaim"] = idle
     return data

@@ -11,7 +11,39 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from allocation.choices import BindingKind, LeaseState, ReservationState
+from allocation.policy.idle import IdleReclaim
 from inventory.models import Gpu, Host, Pool
+
+
+class IdleReclaimFields(models.Model):
+    """`idle_reclaim: {below_util_pct, for_s, warn_s}` of a pool or a priority class: all three
+    set, or none (no idle reclaim); see allocation.policy.idle."""
+
+    idle_below_util_pct = models.FloatField(null=True, blank=True)
+    idle_for_s = models.FloatField(null=True, blank=True)
+    idle_warn_s = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def idle_reclaim(self) -> IdleReclaim | None:
+        if self.idle_below_util_pct is None or self.idle_for_s is None or self.idle_warn_s is None:
+            return None
+        return IdleReclaim(self.idle_below_util_pct, self.idle_for_s, self.idle_warn_s)
+
+    @staticmethod
+    def idle_values(rule: IdleReclaim | None) -> dict[str, float | None]:
+        """The columns for `rule` (None: all empty)."""
+        return {"idle_below_util_pct": rule.below_util_pct if rule else None,
+                "idle_for_s": rule.for_s if rule else None, "idle_warn_s": rule.warn_s if rule else None}
+
+
+def idle_reclaim_constraints(prefix: str) -> list[models.BaseConstraint]:
+    """The database's guard of an IdleReclaimFields model: all or none, within range."""
+    none = Q(idle_below_util_pct__isnull=True, idle_for_s__isnull=True, idle_warn_s__isnull=True)
+    valid = Q(idle_below_util_pct__gte=0, idle_below_util_pct__lte=100, idle_for_s__gt=0, idle_warn_s__gte=0)
+    return [models.CheckConstraint(condition=none | valid, name=f"{prefix}_idle_reclaim_valid")]
 
 
 class Team(models.Model):
@@ -63,7 +95,7 @@ class Quota(models.Model):
         return f"{self.team}@{self.pool}"
 
 
-class PriorityClass(models.Model):
+class PriorityClass(IdleReclaimFields):
     name = models.SlugField(max_length=64, unique=True)
     value = models.IntegerField(default=0)
     preemptible = models.BooleanField(default=False)
@@ -73,6 +105,7 @@ class PriorityClass(models.Model):
     class Meta:
         ordering = ["-value", "name"]
         verbose_name_plural = "priority classes"
+        constraints = idle_reclaim_constraints("priority_class")
 
     def __str__(self) -> str:
         return self.name
@@ -117,6 +150,11 @@ class Lease(models.Model):
                                     default=BindingKind.NONE)
     binding_spec = models.JSONField(default=dict, blank=True)
     binding_status = models.JSONField(default=dict, blank=True)
+    # Idle reclaim (allocation.services.idle): the standing warning in words ("" none), when it
+    # was given, and an admin's exemption (renew with keep=true).
+    warning = models.TextField(blank=True, default="")
+    warned_at = models.DateTimeField(null=True, blank=True)
+    idle_exempt = models.BooleanField(default=False)
     idempotency_key = models.CharField(max_length=255, blank=True, default="")
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
 
@@ -210,10 +248,11 @@ class SchedulerSettings(models.Model):
         return cls.objects.filter(pk=1).first() or cls(pk=1)
 
 
-class PoolScheduling(models.Model):
+class PoolScheduling(IdleReclaimFields):
     """A pool's own scheduler settings (`pools[].scheduler` in the configuration; empty: the
     `scheduler:` section's), and when the pool last preempted for fair share (the engine keeps
-    the minimum interval between such preemptions across passes, workers and restarts)."""
+    the minimum interval between such preemptions across passes, workers and restarts), and the
+    pool's idle reclaim rule (`pools[].idle_reclaim`)."""
 
     pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="scheduling")
     fair_share_preemption = models.BooleanField(null=True, blank=True)
@@ -224,7 +263,7 @@ class PoolScheduling(models.Model):
         verbose_name_plural = "pool scheduling"
         constraints = [models.CheckConstraint(
             condition=Q(fair_share_preemption_interval_s__isnull=True) | Q(fair_share_preemption_interval_s__gte=0),
-            name="pool_fair_share_interval_not_negative")]
+            name="pool_fair_share_interval_not_negative"), *idle_reclaim_constraints("pool_scheduling")]
 
     def __str__(self) -> str:
         return f"scheduling of {self.pool}"

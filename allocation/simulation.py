@@ -14,6 +14,8 @@ No Django. Semantics of the replay (the contract of `simulate`):
   still counts as allocated.
 - Every pass sees the pools' settings (`pool_views`: fair-share preemption and its interval),
   and the time of each pool's last fair-share preemption, as the live engine keeps it.
+- Idle reclaim (`idle_reclaim` of pools and classes) by the live rule, for jobs with a
+  `util_pct` (`allocation.policy.replay_idle`); counted in `preemptions_by_cause["idle"]`.
 - A trace job is one lease on one host when its pool has a host that large (`same_host`), else a
   multi-host gang. Its pool is the first pool (config order) with a GPU of its model large
   enough for it.
@@ -35,11 +37,12 @@ from typing import Any
 from agents.simulated import DEFAULTS as SIMULATED_DEFAULTS
 from allocation.config import POOL_SCHEDULER_KEYS, SchedulerSpec
 from allocation.policy import get_policy
+from allocation.policy.idle import IdleReclaim
 from allocation.policy.matching import Kind, model_alternatives, model_matches
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
 
-TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model")
+TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model", "util_pct")
 # The simulated connector's own defaults, so a replay sees the fleet `discover` would build.
 SIM_DEFAULTS: dict[str, Any] = SIMULATED_DEFAULTS
 
@@ -52,8 +55,9 @@ class TraceError(ValueError):
 
 
 def load_trace(path: str | Path) -> list[Job]:
-    """Read a trace CSV (header required; `priority_class` and `model` columns optional; blank
-    and '#' lines skipped). Raises TraceError listing up to 20 bad lines. Sorted by submit time."""
+    """Read a trace CSV (header required; `priority_class`, `model` and `util_pct` columns
+    optional, `util_pct` empty for a job without telemetry; blank and '#' lines skipped).
+    Raises TraceError listing up to 20 bad lines. Sorted by submit time."""
     jobs: list[Job] = []
     errors: list[str] = []
     with open(path, newline="") as fh:
@@ -61,7 +65,7 @@ def load_trace(path: str | Path) -> list[Job]:
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in TRACE_COLUMNS[:4] if c not in header]
         if missing:
-            raise TraceError(f"{path}:1: header must name {', '.join(TRACE_COLUMNS)}; "
+            raise TraceError(f"{path}:1: header must name {', '.join(TRACE_COLUMNS[:4])}; "
                              f"missing {', '.join(missing)}")
         col = {name: header.index(name) for name in TRACE_COLUMNS if name in header}
         for line, row in enumerate(reader, start=2):
@@ -95,7 +99,17 @@ def _job(row: list[str], col: Mapping[str, int], index: int, line: int) -> Job:
         raise ValueError(f"gpus must be at least 1, got {gpus}")
     if model and len(model_alternatives(model)) != len(model.split("|")):
         raise ValueError(f"model {model!r} has an empty alternative")
-    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line)
+    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line, _util(cell("util_pct")))
+
+
+def _util(text: str) -> float | None:
+    """A job's GPU utilisation, 0..100; None for an empty cell (no telemetry)."""
+    if not text:
+        return None
+    value = _number(text, "util_pct")
+    if value > 100:
+        raise ValueError(f"util_pct must be within [0, 100], got {text!r}")
+    return value
 
 
 def _number(text: str, name: str) -> float:
@@ -114,7 +128,7 @@ def write_trace(path: str | Path, jobs: Sequence[Job]) -> None:
         out.writerow(TRACE_COLUMNS)
         for j in jobs:
             out.writerow([_num(j.submit_s), j.team, j.gpus, _num(j.duration_s), j.priority_class,
-                          j.model])
+                          j.model, "" if j.util_pct is None else _num(j.util_pct)])
 
 
 def _num(value: float) -> str:
@@ -150,8 +164,16 @@ def pool_views(pools: Sequence[Mapping[str, Any]],
         views[name] = PoolView(name, share_across_teams=bool(pool.get("share_across_teams", False)),
                                fair_share_preemption=bool(settings["fair_share_preemption"]),
                                fair_share_preemption_interval_s=float(
-                                   settings["fair_share_preemption_interval_s"]))
+                                   settings["fair_share_preemption_interval_s"]),
+                               idle_reclaim=idle_rule(pool.get("idle_reclaim")))
     return views
+
+
+def idle_rule(value: Mapping[str, Any] | None) -> IdleReclaim | None:
+    """`idle_reclaim:` of a pool or a class as the file writes it (validated, or trusted)."""
+    if not value:
+        return None
+    return IdleReclaim(float(value["below_util_pct"]), float(value["for_s"]), float(value["warn_s"]))
 
 
 def fleet_from_config(data: Mapping[str, Any]) -> tuple[GpuView, ...]:
@@ -179,7 +201,8 @@ def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
               for q in data.get("quotas") or []}
     classes = {c["name"]: PriorityClassView(c["name"], int(c.get("value", 0)),
                                             bool(c.get("preemptible", False)),
-                                            int(c.get("min_runtime_s", 0)), int(c.get("grace_s", 30)))
+                                            int(c.get("min_runtime_s", 0)), int(c.get("grace_s", 30)),
+                                            idle_rule(c.get("idle_reclaim")))
                for c in data.get("priority_classes") or []}
     scheduler = data.get("scheduler") or {}
     hours = float(scheduler.get("fair_share_half_life_hours", 168))

@@ -20,6 +20,8 @@ def lease_block(lease: dict[str, Any]) -> str:
     status = binding.get("status") or {}
     pairs: list[tuple[str, Any]] = [
         ("id", lease["id"]), ("state", lease["state"]), ("reason", lease.get("reason")),
+        *([("WARNING", lease["warning"])] if lease.get("warning") else []),
+        *([("idle exempt", True)] if lease.get("idle_exempt") else []),
         ("team", lease["team"]), ("user", lease["user"]), ("pool", lease["pool"]),
         ("gpus", f"{len(lease.get('gpus') or [])}/{lease['gpu_count']}"),
         ("host", lease.get("host")), ("model", lease.get("model") or "any"),
@@ -169,10 +171,16 @@ def cmd_ls(ctx: Ctx, args: argparse.Namespace) -> int:
     leases = list(ctx.client.iterate("leases/", max_rows=args.limit, **params))
     rows = [[x["id"][:8], x["state"], x["team"], x["user"], x["pool"], x["gpu_count"], x.get("host"),
              x.get("model"), x["priority_class"], age(x["created_at"]),
-             until(x.get("expires_at")) if x["state"] in HOLDING else "-", x.get("reason")] for x in leases]
+             until(x.get("expires_at")) if x["state"] in HOLDING else "-", reason_cell(x)] for x in leases]
     ctx.emit(leases, lambda: table(["ID", "STATE", "TEAM", "USER", "POOL", "GPUS", "HOST", "MODEL", "PRIORITY",
                                     "AGE", "EXPIRES IN", "REASON"], rows))
     return 0
+
+
+def reason_cell(lease: dict[str, Any]) -> str | None:
+    """The REASON of a list row: a standing warning (idle reclaim) first, marked, else the reason."""
+    warning = lease.get("warning")
+    return f"WARNING {warning}" if warning else lease.get("reason")
 
 
 def cmd_show(ctx: Ctx, args: argparse.Namespace) -> int:
@@ -189,7 +197,7 @@ def cmd_show(ctx: Ctx, args: argparse.Namespace) -> int:
 def cmd_renew(ctx: Ctx, args: argparse.Namespace) -> int:
     lease_id = resolve_lease(ctx, args.id)
     body = {"ttl_seconds": parse_duration(args.ttl)} if args.ttl else {}
-    lease = ctx.client.post(f"leases/{lease_id}/renew/", body)
+    lease = ctx.client.post(f"leases/{lease_id}/renew/" + ("?keep=true" if args.keep else ""), body)
     ctx.emit(lease, lambda: f"lease {lease['id']} renewed: expires {lease.get('expires_at') or '-'}"
              f" (in {until(lease.get('expires_at'))})")
     return 0

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     renew = add("renew", "push a lease's expiry to now + TTL")
     renew.add_argument("id")
     renew.add_argument("--ttl", help="new TTL: 90s, 30m, 2h, 1d")
+    renew.add_argument("--keep", action="store_true",
+                       help="also exempt it from idle reclaim for good (pool admins only)")
     release = add("release", "end a lease (or cancel a pending one)")
     release.add_argument("id")
     release.add_argument("--reason", help="why, for the audit trail")

@@ -31,7 +31,8 @@ def status_line(lease: dict[str, Any]) -> str:
         return f"pending ({where}{eta_text}): {lease.get('reason') or 'waiting for a scheduling pass'}"
     if state in HOLDING:
         gpus = len(lease.get("gpus") or [])
-        return f"{state}: {gpus} GPU(s) on {lease.get('host') or '?'}"
+        warning = f" (WARNING {lease['warning']})" if lease.get("warning") else ""
+        return f"{state}: {gpus} GPU(s) on {lease.get('host') or '?'}{warning}"
     return f"{state}: {lease.get('reason') or ''}".rstrip(": ")
 
 

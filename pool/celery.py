@@ -23,6 +23,7 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
 
     gp = settings.GPUPOOL
     pass_s = float(gp["PASS_INTERVAL_S"])
+    sample_s = float(gp["SAMPLE_INTERVAL_S"])
     return {
         # The periodic scheduling pass; lease events trigger extra passes at once.
         "schedule-pass": {"task": "allocation.schedule_pass", "schedule": pass_s,
@@ -37,6 +38,10 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # The ledger's invariants (manage.py check_ledger): an audit alert on drift.
         "check-ledger": {"task": "allocation.check_ledger", "schedule": 300.0,
                          "options": {"expires": 300.0}},
+        # Warns, clears and reclaims idle leases (idle_reclaim rules); utilisation samples come
+        # every SAMPLE_INTERVAL_S, so checking more often would see nothing new.
+        "idle-reclaim": {"task": "allocation.idle_reclaim", "schedule": sample_s,
+                         "options": {"expires": sample_s}},
         # Fans out one discovery task per source whose own interval has elapsed.
         "discover-due-sources": {"task": "inventory.discover_due_sources", "schedule": 5.0,
                                  "options": {"expires": 5.0}},

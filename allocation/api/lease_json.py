@@ -30,7 +30,7 @@ from inventory.models import Gpu
 COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
            "same_host", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at", "expires_at",
            "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
-           "binding_status", "preempted_by_id")
+           "binding_status", "preempted_by_id", "warning", "idle_exempt")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
 
@@ -80,6 +80,7 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "binding": {"kind": row["binding_kind"], "spec": spec,
                     "status": row["binding_status"] or {"state": "waiting for grant"}} if spec else None,
         "preempted_by": str(preempted_by) if preempted_by is not None else None,
+        "warning": row["warning"], "idle_exempt": row["idle_exempt"],
     }
 
 

@@ -22,6 +22,7 @@ from allocation.api.serializers import (
     LeaseCreateSerializer,
     LeaseSerializer,
     ReleaseSerializer,
+    RenewQuerySerializer,
     RenewSerializer,
 )
 from allocation.filtersets import LeaseFilterSet
@@ -97,14 +98,19 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
             return Response(lease_dict(lease, gpus=[]), status=status.HTTP_201_CREATED)
         return Response(lease_dict(lease), status=status.HTTP_200_OK)
 
-    @extend_schema(summary="Renew a lease", request=RenewSerializer, responses=LeaseSerializer)
+    @extend_schema(summary="Renew a lease", request=RenewSerializer, responses=LeaseSerializer,
+                   parameters=[RenewQuerySerializer])
     @action(detail=True, methods=["post"])
     def renew(self, request: Request, pk: str | None = None) -> Response:
-        """Push the lease's expiry to now + TTL (a heartbeat). 409 for an ended lease."""
+        """Push the lease's expiry to now + TTL (a heartbeat). 409 for an ended lease. `?keep=true`
+        (pool admins only, else 403 `keep_requires_admin`) also exempts it from idle reclaim."""
+        query = RenewQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
         body = RenewSerializer(data=request.data or {})
         body.is_valid(raise_exception=True)
         lease = lease_renew(lease=pk, actor=request.user.username, visible_to=request.user,
-                            ttl_seconds=body.validated_data["ttl_seconds"])
+                            ttl_seconds=body.validated_data["ttl_seconds"],
+                            keep=query.validated_data["keep"], user=request.user)
         return Response(lease_dict(lease))
 
     @extend_schema(summary="Release a lease", request=ReleaseSerializer, responses=LeaseSerializer)

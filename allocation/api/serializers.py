@@ -106,6 +106,14 @@ class RenewSerializer(StrictSerializer):
                                            help_text="New TTL in seconds; the lease's own TTL when left out.")
 
 
+class RenewQuerySerializer(serializers.Serializer):
+    """The query of `renew/`: `?keep=true` (admins only) exempts the lease from idle reclaim."""
+
+    keep = serializers.BooleanField(required=False, default=False,
+                                    help_text="Exempt the lease from idle reclaim for good (pool admins only; "
+                                              "others get 403 keep_requires_admin).")
+
+
 class ReleaseSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
                                    help_text="Why, for the audit trail.")
@@ -133,7 +141,7 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host",
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
                   "granted_at", "expires_at", "ended_at", "reason", "queue_position",
-                  "estimated_start", "binding", "preempted_by"]
+                  "estimated_start", "binding", "preempted_by", "warning", "idle_exempt"]
         read_only_fields = fields
         extra_kwargs = {
             "id": {"help_text": "Lease id (UUID)."},
@@ -154,6 +162,9 @@ class LeaseSerializer(serializers.ModelSerializer):
             "queue_position": {"help_text": "1-based place in its pool's queue while pending; null otherwise."},
             "estimated_start": {"help_text": "When a pending lease is expected to start, if the scheduler "
                                              "can tell; null otherwise."},
+            "warning": {"help_text": "A standing warning (idle reclaim: its GPUs sat idle and it will be "
+                                     "reclaimed unless their utilisation rises); empty when none."},
+            "idle_exempt": {"help_text": "Exempt from idle reclaim (an admin renewed it with keep=true)."},
         }
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))

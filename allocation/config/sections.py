@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.base import AgentError
 from agents.registry import connector_class
+from allocation.config.idle import check_idle_reclaim
 from allocation.config.positions import Checker
 from allocation.config.specs import (
     POOL_SCHEDULER_KEYS,
@@ -26,7 +27,8 @@ SOURCE_COMMON = {"name", "kind", "pool", "interval_s"}
 
 
 def _check_pool(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "description", "scheduler", "share_across_teams"}, {"name"}):
+    if not chk.keys(path, item, {"name", "description", "scheduler", "share_across_teams", "idle_reclaim"},
+                    {"name"}):
         return
     errors = len(chk.errors)
     name = chk.name((*path, "name"), item["name"], "pool name")
@@ -34,11 +36,12 @@ def _check_pool(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen:
     sched = _pool_scheduler(chk, (*path, "scheduler"), item.get("scheduler"))
     share = chk.boolean((*path, "share_across_teams"), item.get("share_across_teams", False),
                         "share_across_teams")
+    _, idle = check_idle_reclaim(chk, (*path, "idle_reclaim"), item.get("idle_reclaim"))
     if not isinstance(desc, str):
         chk.error((*path, "description"), "description must be a string")
     elif name and share is not None and len(chk.errors) == errors:
         chk.unique(path, seen, name, "pool")
-        cfg.pools.append(PoolSpec(name, desc, sched, share))
+        cfg.pools.append(PoolSpec(name, desc, sched, share, idle))
 
 
 def _pool_scheduler(chk: Checker, path: tuple[Any, ...], value: Any) -> PoolSchedulerSpec | None:
@@ -108,7 +111,8 @@ def _check_quota(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen
 
 def _check_priority_class(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any],
                           cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "value", "preemptible", "min_runtime_s", "grace_s"}, {"name"}):
+    if not chk.keys(path, item, {"name", "value", "preemptible", "min_runtime_s", "grace_s", "idle_reclaim"},
+                    {"name"}):
         return
     name = chk.name((*path, "name"), item["name"], "priority class name")
     value = item.get("value", 0)
@@ -118,9 +122,11 @@ def _check_priority_class(chk: Checker, path: tuple[Any, ...], item: dict[str, A
     preemptible = chk.boolean((*path, "preemptible"), item.get("preemptible", False), "preemptible")
     min_rt = chk.integer((*path, "min_runtime_s"), item.get("min_runtime_s", 0), "min_runtime_s")
     grace = chk.integer((*path, "grace_s"), item.get("grace_s", 30), "grace_s")
-    if name and value is not None and preemptible is not None and min_rt is not None and grace is not None:
+    idle_ok, idle = check_idle_reclaim(chk, (*path, "idle_reclaim"), item.get("idle_reclaim"))
+    if name and value is not None and preemptible is not None and min_rt is not None and grace is not None \
+            and idle_ok:
         chk.unique(path, seen, name, "priority class")
-        cfg.priority_classes.append(PriorityClassSpec(name, value, preemptible, min_rt, grace))
+        cfg.priority_classes.append(PriorityClassSpec(name, value, preemptible, min_rt, grace, idle))
 
 
 def check_scheduler(chk: Checker, sched: Any, cfg: Config) -> None:

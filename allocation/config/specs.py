@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocation.policy.idle import IdleReclaim
 from allocation.policy.types import PriorityClassView, QuotaView
 
 
@@ -34,6 +35,8 @@ class PoolSpec:
     scheduler: PoolSchedulerSpec | None = None  # None: the file does not say (left as it is)
     # Time-sliced replicas of one physical GPU may carry leases of several teams at once.
     share_across_teams: bool = False
+    # `idle_reclaim:`; None: no idle reclaim for the pool (a priority class may still set one).
+    idle_reclaim: IdleReclaim | None = None
 
 
 @dataclass(frozen=True)

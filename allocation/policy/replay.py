@@ -10,7 +10,8 @@ Metrics (CONTRACT `simulate`): utilization = allocated GPU-seconds / (capacity x
 JCT = completion - submit; wait = JCT - the job's duration (the time it made no progress:
 queueing, and for preempted jobs the grace and the re-queueing; after a restart, the lost run).
 `preemptions` counts every preemption, `preemptions_by_cause` splits it by `Preemption.kind`
-(priority, reclaim, fair_share; all three keys always present).
+(priority, reclaim, fair_share) and `idle` (idle reclaim, `replay_idle.py`); every key is
+always present.
 
 Fairness, two ways; both normalise what a team holds by its entitlement, the weighted
 water-filling of `fairshare.entitled_allocation` over the pool's capacity and the teams' demand
@@ -43,9 +44,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from allocation.policy.fairshare import entitled_allocation, ledger_update
+from allocation.policy.measures import jain, percentile
+from allocation.policy.replay_idle import IdleReplay
 from allocation.policy.types import (
     Decisions,
     GpuView,
+    Grant,
     PoolView,
     Preemption,
     PriorityClassView,
@@ -56,7 +60,7 @@ from allocation.policy.types import (
     TeamView,
 )
 
-_FINISH, _GRACE_END, _MATURE = 0, 1, 2
+_FINISH, _GRACE_END, _MATURE, _IDLE, _IDLE_END = 0, 1, 2, 3, 4
 CAUSES = ("priority", "reclaim", "fair_share")  # every `Preemption.kind`
 
 
@@ -70,22 +74,7 @@ class Job:
     priority_class: str = ""
     model: str = ""
     line: int = 0  # where it came from, for error messages
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks; 0.0 for no values."""
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q
-    low = int(pos)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
-
-
-def jain(values: Sequence[float]) -> float:
-    if not values or not any(values):
-        return 1.0
-    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+    util_pct: float | None = None  # its GPUs' utilisation (idle reclaim); None: no telemetry
 
 
 class Replay:
@@ -114,6 +103,7 @@ class Replay:
         self.pools: Mapping[str, PoolView] = {
             **{name: PoolView(name) for name in sorted(self.capacity)}, **(pools or {})}
         self.default_class = classes.get("default") or PriorityClassView("default")
+        self.idle = IdleReplay(self.pools)
         self.clock = self.jobs[0].submit_s if self.jobs else 0.0
         self.pending: dict[str, RequestView] = {}
         self.running: dict[str, RunningView] = {}
@@ -138,7 +128,7 @@ class Replay:
         # jain_index_backlogged: the integral of J(t) x capacity, and of capacity, over the
         # backlogged time of each pool; backlogged_s: the time some pool was backlogged.
         self.backlogged_jain_s = self.backlogged_capacity_s = self.backlogged_s = 0.0
-        self.by_cause = dict.fromkeys(CAUSES, 0)
+        self.by_cause = dict.fromkeys((*CAUSES, "idle"), 0)
         self.allocated_s = 0.0
         self.waits: list[float] = []
         self.jcts: list[float] = []
@@ -163,7 +153,8 @@ class Replay:
                 self._submit(self.jobs[nxt])
                 nxt += 1
                 changed = True
-            last_event = t
+            if changed:  # a stale event (a job reclaimed before its finish) is no activity
+                last_event = t
             if changed and self.pending:
                 self._pass(t)
         self.unplaceable += len(self.pending)  # nothing left that could ever free room for them
@@ -201,6 +192,8 @@ class Replay:
         run = self.running.get(lease_id)
         if kind == _MATURE:
             return run is not None  # a victim may have become eligible
+        if kind == _IDLE:
+            return run is not None and not run.ending and self._reclaim_idle(run, t)
         if run is None:
             return False  # finished during its grace, or its grace ended before its finish
         del self.running[lease_id]
@@ -211,6 +204,10 @@ class Replay:
             # Waiting = all the time it was not making progress, preemptions included.
             self.jcts.append(t - job.submit_s)
             self.waits.append(max(0.0, t - job.submit_s - self.work[job.index]))
+        elif kind == _IDLE_END:  # done: the time it ran counts as its work
+            self.jcts.append(t - job.submit_s)
+            done = self.work[job.index] - max(0.0, job.duration_s - (t - self.started[lease_id]))
+            self.waits.append(max(0.0, t - job.submit_s - done))
         else:  # preempted: back in line at its original place, resumed or restarted
             ran = t - self.started[lease_id]
             left = job.duration_s if self.restart else max(0.0, job.duration_s - ran)
@@ -228,25 +225,7 @@ class Replay:
                                          self.half_life_s, estimate_starts=False,
                                          pools=self.pools))
         for grant in decisions.grants:
-            req = self._unqueue(grant.lease_id)
-            if len(set(grant.gpu_ids)) != req.gpus or self.held_gpus.intersection(grant.gpu_ids) \
-                    or any(self.gpu_pool.get(g) != req.pool for g in grant.gpu_ids):
-                raise RuntimeError(f"policy granted invalid GPUs {grant.gpu_ids} to {req}")
-            job = self.job_of[req.lease_id]
-            cls = self._class(job)
-            self.running[req.lease_id] = RunningView(
-                req.lease_id, req.team, req.pool, tuple(grant.gpu_ids), req.priority,
-                cls.preemptible, t, grant.borrowed, cls.min_runtime_s, t + job.duration_s)
-            self.held_gpus.update(grant.gpu_ids)
-            key = (req.team, req.pool)
-            self.held[key] += req.gpus
-            limit = self.quotas[key].limit if key in self.quotas else None
-            if limit is not None and self.held[key] > limit:
-                self.violations += 1
-            self.started[req.lease_id] = t
-            self._push(t + job.duration_s, _FINISH, req.lease_id)
-            if cls.preemptible and cls.min_runtime_s > 0:
-                self._push(t + cls.min_runtime_s, _MATURE, req.lease_id)
+            self._start(grant, t)
         fair_share_pools = set()
         for stop in decisions.preemptions:
             pool = self._preempt(stop, t)
@@ -260,6 +239,31 @@ class Replay:
         for pool in fair_share_pools:
             self.pools = {**self.pools, pool: replace(self.pools.get(pool) or PoolView(pool),
                                                       last_fair_share_preemption=t)}
+
+    def _start(self, grant: Grant, t: float) -> None:
+        """A granted job starts: the books, and the events of its end, min_runtime, idleness."""
+        req = self._unqueue(grant.lease_id)
+        if len(set(grant.gpu_ids)) != req.gpus or self.held_gpus.intersection(grant.gpu_ids) \
+                or any(self.gpu_pool.get(g) != req.pool for g in grant.gpu_ids):
+            raise RuntimeError(f"policy granted invalid GPUs {grant.gpu_ids} to {req}")
+        job = self.job_of[req.lease_id]
+        cls = self._class(job)
+        self.running[req.lease_id] = RunningView(
+            req.lease_id, req.team, req.pool, tuple(grant.gpu_ids), req.priority,
+            cls.preemptible, t, grant.borrowed, cls.min_runtime_s, t + job.duration_s)
+        self.held_gpus.update(grant.gpu_ids)
+        key = (req.team, req.pool)
+        self.held[key] += req.gpus
+        limit = self.quotas[key].limit if key in self.quotas else None
+        if limit is not None and self.held[key] > limit:
+            self.violations += 1
+        self.started[req.lease_id] = t
+        self._push(t + job.duration_s, _FINISH, req.lease_id)
+        idle_at = self.idle.reclaim_at(job.util_pct, cls, req.pool, t)
+        if idle_at is not None and idle_at < t + job.duration_s:
+            self._push(idle_at, _IDLE, req.lease_id)
+        if cls.preemptible and cls.min_runtime_s > 0:
+            self._push(t + cls.min_runtime_s, _MATURE, req.lease_id)
 
     def _preempt(self, stop: Preemption, t: float) -> str:
         """Start the victim's grace; count the preemption by its cause. Returns its pool."""
@@ -276,6 +280,16 @@ class Replay:
         self.preemptions += 1
         self.by_cause[stop.kind] += 1
         return victim.pool
+
+    def _reclaim_idle(self, run: RunningView, t: float) -> bool:
+        """Reclaim an idle job: it stops after its class's grace, and is done (not re-queued)."""
+        grace = self._class(self.job_of[run.lease_id]).grace_s
+        end = t + grace if run.expected_end is None else min(run.expected_end, t + grace)
+        self.running[run.lease_id] = replace(run, ending=True, expected_end=end)
+        self._push(t + grace, _IDLE_END, run.lease_id)
+        self.preemptions += 1
+        self.by_cause["idle"] += 1
+        return True
 
     # --- books ------------------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from allocation.policy.idle import IdleReclaim
+
 
 @dataclass(frozen=True)
 class GpuView:
@@ -70,6 +72,9 @@ class PoolView:
     # (None: never), so shares settle before the next one.
     fair_share_preemption_interval_s: float = 0.0
     last_fair_share_preemption: float | None = None
+    # Idle reclaim of the pool's leases (a priority class's own rule wins); None: none. Read by
+    # the idle task and the simulator, not by a scheduling pass.
+    idle_reclaim: IdleReclaim | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class PriorityClassView:
     preemptible: bool = False
     min_runtime_s: int = 0
     grace_s: int = 30
+    # Idle reclaim of leases of this class, over the pool's; None: the pool's rule applies.
+    idle_reclaim: IdleReclaim | None = None
 
 
 @dataclass(frozen=True)

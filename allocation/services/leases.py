@@ -240,9 +240,16 @@ def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_t
 
 
 def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = None,
-                visible_to: Any = None) -> Lease:
+                visible_to: Any = None, keep: bool = False, user: Any = None) -> Lease:
     """Push `expires_at` to now + TTL (the heartbeat of a granted or bound lease). `lease` and
-    `visible_to` as for lease_release; the lease comes back ready to render."""
+    `visible_to` as for lease_release; the lease comes back ready to render.
+
+    `keep=True` also exempts the lease from idle reclaim for good (`idle_exempt`, clearing a
+    standing idle warning): an admin's approval, so only a pool admin `user` may ask it; anyone
+    else is Forbidden (`keep_requires_admin`) and nothing changes."""
+    if keep and not is_pool_admin(user):
+        raise Forbidden("only a pool admin may exempt a lease from idle reclaim (keep=true)",
+                        code="keep_requires_admin")
     with transaction.atomic():
         lease = _locked(lease, visible_to)
         if lease.state not in HOLDING_STATES and lease.state != S.PENDING:
@@ -252,11 +259,29 @@ def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = Non
             lease.ttl_seconds = ttl
         if lease.state in HOLDING_STATES:
             lease.expires_at = timezone.now() + timedelta(seconds=ttl)
-        lease.save(update_fields=["ttl_seconds", "expires_at"])
+        fields = ["ttl_seconds", "expires_at"]
+        if keep:
+            fields += _exempt_from_idle_reclaim(lease, actor)
+        lease.save(update_fields=fields)
         audit(actor=actor, action="lease.renewed", obj=lease, lease=lease,
               message=f"expires at {lease.expires_at:%Y-%m-%d %H:%M:%S} UTC" if lease.expires_at
               else "TTL updated").save()
     return lease
+
+
+def _exempt_from_idle_reclaim(lease: Lease, actor: str) -> list[str]:
+    """Set `idle_exempt` (in memory, audited); returns the fields to save. Nothing if it is already."""
+    if lease.idle_exempt:
+        return []
+    lease.idle_exempt = True
+    fields = ["idle_exempt"]
+    if lease.warned_at is not None:
+        lease.warning, lease.warned_at = "", None
+        lease.reason = f"idle warning cleared: exempted from idle reclaim by {actor}"
+        fields += ["warning", "warned_at", "reason"]
+    audit(actor=actor, action="lease.idle_exempt", obj=lease, lease=lease,
+          message=f"exempted from idle reclaim by {actor} (renewed with keep=true)").save()
+    return fields
 
 
 def leases_reap(*, now: datetime | None = None) -> dict[str, int]:

@@ -122,3 +122,18 @@ def test_lease_detail_shows_the_audit_trail_and_binding(seeded: Any, client_for:
                                              binding_status={"state": "running", "handle": {"pid": 42}})
     page = text(client_for(seeded.users["alice"]).get(f"/leases/{lease.pk}/"))
     assert "Process over SSH" in page and "pid=42" in page and "running" in page
+
+
+def test_an_idle_warning_shows_in_the_lease_list_and_on_the_lease_page(seeded: Any, client_for: Any) -> None:
+    lease = seeded.leases["vision"]
+    warning = "idle: all 8 GPUs below 5% utilisation since 2030-01-01 00:00:00 UTC (for 1800 s or more)"
+    Lease.objects.filter(pk=lease.pk).update(warning=warning, reason=warning, warned_at=timezone.now())
+    client = client_for(seeded.users["alice"])
+    listing = client.get("/leases/")
+    row = re.search(rf'<tr data-lease="{lease.pk}".*?</tr>', listing.content.decode(), re.S)
+    assert row is not None and "idle warning" in row.group(0) and "Warning:" in row.group(0)
+    page = client.get(f"/leases/{lease.pk}/")
+    assert 'id="lease-warning"' in page.content.decode() and f"Warning: {warning}" in text(page)
+    Lease.objects.filter(pk=lease.pk).update(warning="", idle_exempt=True)
+    page = client.get(f"/leases/{lease.pk}/")
+    assert 'id="lease-warning"' not in page.content.decode() and "Idle reclaim exempt" in text(page)

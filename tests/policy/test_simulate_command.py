@@ -24,7 +24,7 @@ def test_simulate_prints_the_metrics_as_one_json_object(policy: str) -> None:
                            "jain_index", "preemptions", "preemptions_by_cause",
                            "jain_index_backlogged", "backlogged_s", "quota_violations",
                            "unplaceable", "wall_s"}
-    assert set(result["preemptions_by_cause"]) == {"priority", "reclaim", "fair_share"}
+    assert set(result["preemptions_by_cause"]) == {"priority", "reclaim", "fair_share", "idle"}
     assert result["preemptions"] == sum(result["preemptions_by_cause"].values())
     assert 0 < result["jain_index_backlogged"] <= 1
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from allocation.policy import get_policy
-from allocation.policy.replay import Job, Replay, jain, percentile
+from allocation.policy.measures import jain, percentile
+from allocation.policy.replay import Job, Replay
 from allocation.policy.types import Decisions, PoolView, PriorityClassView, QuotaView, Snapshot
 from allocation.simulation import (
     TraceError,
@@ -104,7 +105,7 @@ def test_the_small_example_replays_with_sane_metrics() -> None:
             "quota_violations", "unplaceable", "wall_s"])
         assert out["preemptions"] == sum(out["preemptions_by_cause"].values())
         if policy == "fifo":
-            assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0}
+            assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0, "idle": 0}
 
 
 def test_a_lone_job_runs_at_once_and_the_metrics_are_exact() -> None:
@@ -190,10 +191,10 @@ def _reclaim_then_priority() -> list[Job]:
 
 def test_preemptions_are_counted_by_cause() -> None:
     fair = simulate(_reclaim_then_priority(), _fleet(1), {}, QUOTAS, CLASSES)
-    assert fair["preemptions_by_cause"] == {"priority": 1, "reclaim": 2, "fair_share": 0}
+    assert fair["preemptions_by_cause"] == {"priority": 1, "reclaim": 2, "fair_share": 0, "idle": 0}
     assert fair["preemptions"] == 3
     fifo = simulate(_reclaim_then_priority(), _fleet(1), {}, QUOTAS, CLASSES, policy_name="fifo")
-    assert fifo["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0}
+    assert fifo["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 0, "idle": 0}
 
 
 def _relabelled(kind: str, seen: list[tuple[float, PoolView]]) -> Callable[[Snapshot], Decisions]:
@@ -214,7 +215,7 @@ def test_every_pass_sees_the_pool_settings_and_its_last_fair_share_preemption() 
     settings = PoolView("p", fair_share_preemption=True, fair_share_preemption_interval_s=60.0)
     out = Replay(jobs, _fleet(1), {}, QUOTAS, CLASSES, 3600.0, _relabelled("fair_share", seen),
                  {j.index: ("p", True) for j in jobs}, pools={"p": settings}).run()
-    assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 3}
+    assert out["preemptions_by_cause"] == {"priority": 0, "reclaim": 0, "fair_share": 3, "idle": 0}
     # Fair-share preemptions in the passes at 400 s and 500 s; each later pass sees the last.
     assert [now for now, _ in seen][:5] == [0, 400, 430, 500, 530]
     assert [view.last_fair_share_preemption for _, view in seen] == [

@@ -18,7 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--trace", required=True,
-                            help="CSV: submit_s,team,gpus,duration_s,priority_class,model")
+                            help="CSV: submit_s,team,gpus,duration_s[,priority_class,model,util_pct]")
         parser.add_argument("--config", required=True,
                             help="YAML config; its `simulated` sources are the fleet")
         parser.add_argument("--policy", default="fair", choices=["fair", "fifo"])
