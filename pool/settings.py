@@ -45,9 +45,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    # rest_framework.authtoken is gone: core's ApiToken replaced it (hashed keys; core migration
+    # 0002 moved the old keys over and dropped their plain-text table).
     "django_filters",
     "drf_spectacular",
+    "core",
     "inventory",
     "allocation",
     "frontend",
@@ -189,10 +191,12 @@ GPUPOOL: GpupoolSettings = {
 # --- API ----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.api.auth.CachedTokenAuthentication",  # token → user cached for 5 s per process
+        "core.api.auth.CachedTokenAuthentication",  # hashed tokens (core/tokens.py), cached 5 s per process
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # TokenScopeAllows: a read-only token may only use safe methods (403 read_only_token).
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated",
+                                   "core.api.permissions.TokenScopeAllows"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # orjson in and out (core/api/renderers.py). The browsable API stays: content negotiation
     # picks it only for browsers (Accept: text/html), so API clients never pay for it.

@@ -12,6 +12,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
 from core.api.errors import PayloadTooLarge
+from core.api.permissions import TokenScopeAllows
 from core.api.schema import GpupoolAutoSchema
 
 
@@ -36,8 +37,16 @@ class ApiViewSet(viewsets.GenericViewSet):
     """Authenticated by default; reads answer 404 for rows outside the caller's scope because
     `get_queryset()` of each subclass is already scoped to the caller."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [IsAuthenticated, TokenScopeAllows]
     schema = GpupoolAutoSchema()
+
+    def get_permissions(self) -> list[Any]:
+        """The view's or action's permissions, always with the token's scope (an action that
+        names its own `permission_classes` must not let a read-only token write)."""
+        permissions = list(super().get_permissions())
+        if not any(isinstance(p, TokenScopeAllows) for p in permissions):
+            permissions.append(TokenScopeAllows())
+        return permissions
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         check_body_size(request)
