@@ -10,9 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from core.api.auth import CachedTokenAuthentication
-
 from core import tokens as auth
+from core.api.auth import CachedTokenAuthentication
 
 pytestmark = pytest.mark.django_db
 
