@@ -21,8 +21,8 @@ class IsPoolAdmin(BasePermission):
 
 class TokenScopeAllows(BasePermission):
     """A `read` token may only read (GET, HEAD, OPTIONS): dashboards and CI get tokens that cannot
-    change anything. Sessions and `write` tokens pass. The base viewset adds this to every action's
-    permissions, so an action naming its own classes cannot drop it."""
+    change anything. Sessions and `write` tokens pass. The base viewset checks it before any view's own permissions
+    (so no action can drop it); DEFAULT_PERMISSION_CLASSES carries it for any other DRF view."""
 
     message = "this token is read-only: it may only use GET, HEAD and OPTIONS"
     code = "read_only_token"

@@ -37,16 +37,17 @@ class ApiViewSet(viewsets.GenericViewSet):
     """Authenticated by default; reads answer 404 for rows outside the caller's scope because
     `get_queryset()` of each subclass is already scoped to the caller."""
 
-    permission_classes = [IsAuthenticated, TokenScopeAllows]
+    permission_classes = [IsAuthenticated]
     schema = GpupoolAutoSchema()
 
-    def get_permissions(self) -> list[Any]:
-        """The view's or action's permissions, always with the token's scope (an action that
-        names its own `permission_classes` must not let a read-only token write)."""
-        permissions = list(super().get_permissions())
-        if not any(isinstance(p, TokenScopeAllows) for p in permissions):
-            permissions.append(TokenScopeAllows())
-        return permissions
+    def check_permissions(self, request: Request) -> None:
+        """The token's scope first, then the view's or action's own permissions: a subclass or an
+        action naming its own permissions (or overriding get_permissions) cannot let a read-only
+        token write."""
+        scope = TokenScopeAllows()
+        if not scope.has_permission(request, self):
+            self.permission_denied(request, message=scope.message, code=scope.code)
+        super().check_permissions(request)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         check_body_size(request)

@@ -111,6 +111,10 @@ def test_a_read_only_admin_token_may_not_use_admin_actions_that_name_their_own_p
     assert refused.status_code == 403 and refused.json()["code"] == "read_only_token"
     assert Host.objects.get(pk=host.pk).state == "ready"
     assert api(root).post(f"/api/v1/hosts/{host.pk}/cordon/").status_code == 200
+    quota = api(root).get("/api/v1/quotas/").json()["results"][0]  # QuotaViewSet has get_permissions of its own
+    refused = api(root, scope="read").patch(f"/api/v1/quotas/{quota['id']}/", {"guaranteed": 0}, format="json")
+    assert refused.status_code == 403 and refused.json()["code"] == "read_only_token"
+    assert api(root).get(f"/api/v1/quotas/{quota['id']}/").json()["guaranteed"] == quota["guaranteed"]
 
 
 def test_last_use_is_written_at_most_once_a_minute(make_user: Any, monkeypatch: pytest.MonkeyPatch) -> None:
