@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from core import tokens as auth
 from core.api.auth import CachedTokenAuthentication
@@ -46,7 +47,7 @@ def test_a_token_revoked_elsewhere_stops_working_within_the_ttl(make_user: Any, 
     client = api(make_user("alice"))
     assert _status(client) == 200
     with connection.cursor() as cur:  # another process: no signal reaches this one
-        cur.execute("UPDATE core_apitoken SET revoked_at = now()")
+        cur.execute("UPDATE core_apitoken SET revoked_at = %s", [timezone.now()])
     clock[0] += auth.TTL_S - 1
     assert _status(client) == 200
     clock[0] += 2
