@@ -118,10 +118,10 @@ def setup(env: dict[str, str], config_yaml: str) -> None:
 
 def tokens(env: dict[str, str], usernames: list[str]) -> dict[str, str]:
     script = ("import sys\nfrom django.contrib.auth import get_user_model\n"
-              "from rest_framework.authtoken.models import Token\n"
+              "from core.tokens import token_issue\n"
               "for name in sys.argv[1:]:\n"
               "    user, _ = get_user_model().objects.get_or_create(username=name)\n"
-              "    print(name, Token.objects.get_or_create(user=user)[0].key)\n")
+              "    print(name, token_issue(user=user, name='bench'))\n")
     out = subprocess.run([sys.executable, "-c", "import django; django.setup()\n" + script, *usernames],
                          env=env, check=True, timeout=120, capture_output=True, text=True, cwd=REPO).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())

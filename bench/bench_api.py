@@ -82,9 +82,9 @@ def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list
     subprocess.run([*manage, "discover"], env=env, check=True, timeout=600, stdout=subprocess.DEVNULL)
     from django.contrib.auth import get_user_model
     from django.db import connection
-    from rest_framework.authtoken.models import Token
 
     from allocation.services.leases import lease_create
+    from core.tokens import token_issue
     from inventory.models import Pool
 
     # What autovacuum would do shortly after a large discovery: planner statistics for 16,000 rows.
@@ -93,7 +93,7 @@ def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list
     print(f"setup: migrate + apply + discover of {hosts * 8:,} GPUs in {time.perf_counter() - started:.1f} s")
     pool = Pool.objects.get(name="bench")
     users_ = list(get_user_model().objects.filter(username__startswith="bench").order_by("username"))[:users]
-    tokens = [Token.objects.get_or_create(user=u)[0].key for u in users_]
+    tokens = [token_issue(user=u, name="bench") for u in users_]
     leases = [str(lease_create(user=u, pool=pool, gpus=1)[0].pk) for u in users_]
     return tokens, leases
 

@@ -1,8 +1,11 @@
 """Source secrets at rest (SSH private keys, and whatever a connector declares in
 `secret_fields`): Fernet-encrypted with GPUPOOL_FERNET_KEY.
 
-Embedded runs without the variable derive a key from SECRET_KEY so the demo works; production
-sets GPUPOOL_FERNET_KEY (rotating SECRET_KEY must not make stored keys unreadable).
+GPUPOOL_FERNET_KEY may hold several comma-separated keys: the first encrypts, every one decrypts
+(cryptography's MultiFernet). To rotate: put a new key first, keep the old ones after it, run
+`manage.py rotate_fernet_key` (every stored secret re-encrypted with the first key), then drop the
+old keys. Embedded runs without the variable derive a key from SECRET_KEY so the demo works;
+production sets GPUPOOL_FERNET_KEY (rotating SECRET_KEY must not make stored keys unreadable).
 """
 
 from __future__ import annotations
@@ -13,17 +16,39 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
 
 from agents.registry import connector_class
+from inventory.models import Source
 
 
-def _fernet() -> Fernet:
-    key = settings.GPUPOOL["FERNET_KEY"]
-    if not key:
-        key = base64.urlsafe_b64encode(hashlib.sha256(settings.SECRET_KEY.encode()).digest()).decode()
-    return Fernet(key.encode() if isinstance(key, str) else key)
+def _derived_key() -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(settings.SECRET_KEY.encode()).digest()).decode()
+
+
+def _keys(*, with_secret_key: bool = False) -> list[Fernet]:
+    """The configured keys, first one first (the SECRET_KEY-derived one when none is configured;
+    also last when `with_secret_key`, to move an embedded install onto GPUPOOL_FERNET_KEY).
+    Raises ImproperlyConfigured naming the bad key's position, never its value."""
+    configured = [key.strip() for key in (settings.GPUPOOL["FERNET_KEY"] or "").split(",") if key.strip()]
+    keys = configured or [_derived_key()]
+    if with_secret_key and _derived_key() not in keys:
+        keys.append(_derived_key())
+    fernets = []
+    for position, key in enumerate(keys, start=1):
+        try:
+            fernets.append(Fernet(key.encode()))
+        except ValueError:
+            raise ImproperlyConfigured(f"GPUPOOL_FERNET_KEY: key {position} of {len(keys)} is not a Fernet key "
+                                       "(32 url-safe base64-encoded bytes)") from None
+    return fernets
+
+
+def _fernet() -> MultiFernet:
+    return MultiFernet(_keys())
 
 
 def encrypt(plaintext: str) -> str:
@@ -37,6 +62,33 @@ def decrypt(token: str) -> str:
         return _fernet().decrypt(token.encode()).decode()
     except InvalidToken:
         raise ValueError("stored secret cannot be decrypted: was GPUPOOL_FERNET_KEY changed?") from None
+
+
+def secrets_rotate(*, with_secret_key: bool = False) -> int:
+    """Re-encrypt every stored source secret with the first key of GPUPOOL_FERNET_KEY, in one
+    transaction; returns how many rows changed. Idempotent: a secret the first key already opens
+    is left as it is (0 on a second run). `with_secret_key` also tries the SECRET_KEY-derived
+    key (an embedded install moving to GPUPOOL_FERNET_KEY). Raises ValueError naming the first
+    source no key opens; nothing is changed then."""
+    keys = _keys(with_secret_key=with_secret_key)
+    primary, every = keys[0], MultiFernet(keys)
+    changed = 0
+    with transaction.atomic():
+        for source in Source.objects.select_for_update().exclude(secret="").order_by("pk"):
+            token = source.secret.encode()
+            try:
+                primary.decrypt(token)
+                continue
+            except InvalidToken:
+                pass
+            try:
+                source.secret = every.rotate(token).decode()
+            except InvalidToken:
+                raise ValueError(f"the secret of source {source.name!r} opens with none of the keys; "
+                                 "nothing was changed") from None
+            source.save(update_fields=["secret"])
+            changed += 1
+    return changed
 
 
 # --- the secrets of a source ---------------------------------------------------------------------

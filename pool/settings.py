@@ -10,8 +10,10 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 from typing import TypedDict
+from urllib.parse import urlparse
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 from core.env import env_bool, env_int, env_list, env_str
 
@@ -20,11 +22,32 @@ VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
+DEBUG = env_bool("DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpupool.sqlite3'}")
+
+
+def _database_is_local(url: str) -> bool:
+    """SQLite, or a server on this machine (loopback or a Unix socket): one machine, so every
+    process reads the same var/ and may share a key generated there."""
+    parsed = urlparse(url)
+    host = parsed.hostname or ""
+    return parsed.scheme.startswith("sqlite") or host in {"", "localhost", "127.0.0.1", "::1"} or host.startswith("%2f")
+
+
 def _secret_key() -> str:
-    """SECRET_KEY from the environment; embedded runs keep a generated one under var/."""
+    """SECRET_KEY from the environment. Embedded and single-machine runs keep a generated one
+    under var/. With DEBUG off and the database on another machine (a real deployment: several
+    hosts or containers, each with its own var/), a missing SECRET_KEY stops the start, since each
+    process would sign sessions and CSRF tokens with a different key."""
     configured = env_str("SECRET_KEY")
     if configured:
         return configured
+    if not DEBUG and not _database_is_local(DATABASE_URL):
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is required: DEBUG is off and the database ({urlparse(DATABASE_URL).hostname}) is on "
+            "another machine, so every web server and worker must share one key. Set SECRET_KEY (or "
+            "SECRET_KEY_FILE) to a long random string, e.g. `python -c 'import secrets; "
+            "print(secrets.token_urlsafe(50))'`.")
     key_file = VAR_DIR / "secret_key"
     if not key_file.exists():
         key_file.write_text(secrets.token_urlsafe(50))
@@ -33,9 +56,27 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- behind TLS ---------------------------------------------------------------------------------
+# GPUPOOL_TLS=1: users reach gpupool over HTTPS, usually through a proxy or ingress that ends TLS
+# and sets X-Forwarded-Proto (trust it only where that proxy is the sole way in). Cookies are then
+# sent over HTTPS only, browsers are told to use HTTPS (HSTS), and plain HTTP is redirected, except
+# the probes and the scrape that the cluster makes over plain HTTP.
+TLS = env_bool("GPUPOOL_TLS", False)
+if TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("GPUPOOL_SSL_REDIRECT", True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^metrics/?$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("GPUPOOL_HSTS_SECONDS", 365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GPUPOOL_HSTS_INCLUDE_SUBDOMAINS", True)
+    # Preload lists are hard to leave: opt in only on purpose (check --deploy notes it, W021).
+    SECURE_HSTS_PRELOAD = env_bool("GPUPOOL_HSTS_PRELOAD", False)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -45,9 +86,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    # rest_framework.authtoken is gone: core's ApiToken replaced it (hashed keys; core migration
+    # 0002 moved the old keys over and dropped their plain-text table).
     "django_filters",
     "drf_spectacular",
+    "core",
     "inventory",
     "allocation",
     "frontend",
@@ -86,7 +129,7 @@ TEMPLATES = [
 # --- database -----------------------------------------------------------------------------------
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpupool.sqlite3'}"),
+        DATABASE_URL,
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
         conn_health_checks=True,
     )
@@ -191,10 +234,12 @@ GPUPOOL: GpupoolSettings = {
 # --- API ----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.api.auth.CachedTokenAuthentication",  # token → user cached for 5 s per process
+        "core.api.auth.CachedTokenAuthentication",  # hashed tokens (core/tokens.py), cached 5 s per process
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # TokenScopeAllows: a read-only token may only use safe methods (403 read_only_token).
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated",
+                                   "core.api.permissions.TokenScopeAllows"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # orjson in and out (core/api/renderers.py). The browsable API stays: content negotiation
     # picks it only for browsers (Accept: text/html), so API clients never pay for it.

@@ -92,15 +92,23 @@ def make_user(db: Any) -> Any:
 
 @pytest.fixture
 def api(make_user: Any) -> Any:
-    """`api(user)` → an APIClient authenticated with that user's token."""
-    from rest_framework.authtoken.models import Token
+    """`api(user)` → an APIClient authenticated with a token of that user (`scope="read"`: a
+    read-only one)."""
     from rest_framework.test import APIClient
 
-    def client_for(user: Any = None) -> APIClient:
+    from tests.support.tokens import api_key
+
+    keys: dict[int, str] = {}  # one key per user within a test, like a real client keeps its own
+
+    def client_for(user: Any = None, *, scope: str = "write") -> APIClient:
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            key = keys.get(user.pk) if scope == "write" else None
+            if key is None:
+                key = api_key(user, scope=scope)
+                if scope == "write":
+                    keys[user.pk] = key
+            client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         return client
 
     return client_for

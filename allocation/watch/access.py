@@ -33,21 +33,29 @@ def is_uuid(value: str) -> bool:
 
 
 def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
-    """The API's authentication: `Authorization: Token KEY`, else the dashboard's session cookie."""
+    """The API's authentication: `Authorization: Token KEY`, else the dashboard's session cookie.
+    None when neither names an active user; an expired or revoked token raises the handlers'
+    HttpError (401 `token_expired` / `token_revoked`), as the API answers."""
     from django.conf import settings
     from django.contrib.auth import get_user
 
     from core.roles import is_pool_admin
 
-    user = None
+    user: Any = None
     auth = headers.get("authorization", "").split()
     if auth:
         if len(auth) != 2 or auth[0].lower() != "token":
             return None
-        from rest_framework.authtoken.models import Token
+        from core.tokens import TokenRefused, token_lookup
 
-        token = Token.objects.select_related("user").filter(key=auth[1]).first()
-        user = token.user if token is not None else None
+        try:
+            user = token_lookup(auth[1]).user  # hashed, expiring, revocable; any scope may watch
+        except TokenRefused as refused:
+            if refused.code == TokenRefused.code:
+                return None
+            from allocation.watch.handlers import HttpError
+
+            raise HttpError(401, refused.code, refused.message, ((b"www-authenticate", b"Token"),)) from None
     else:
         cookies = _cookies(headers.get("cookie", ""))
         key = cookies.get(settings.SESSION_COOKIE_NAME)

@@ -12,6 +12,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
 from core.api.errors import PayloadTooLarge
+from core.api.permissions import TokenScopeAllows
 from core.api.schema import GpupoolAutoSchema
 
 
@@ -38,6 +39,15 @@ class ApiViewSet(viewsets.GenericViewSet):
 
     permission_classes = [IsAuthenticated]
     schema = GpupoolAutoSchema()
+
+    def check_permissions(self, request: Request) -> None:
+        """The token's scope first, then the view's or action's own permissions: a subclass or an
+        action naming its own permissions (or overriding get_permissions) cannot let a read-only
+        token write."""
+        scope = TokenScopeAllows()
+        if not scope.has_permission(request, self):
+            self.permission_denied(request, message=scope.message, code=scope.code)
+        super().check_permissions(request)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         check_body_size(request)

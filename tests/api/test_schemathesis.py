@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from pool.wsgi import application
+from tests.support.tokens import api_key
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +27,6 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", applicati
 def member_token(demo_fleet: Any, make_user: Any, api: Any) -> Iterator[str]:
     from django.core.signals import request_finished, request_started
     from django.db import close_old_connections
-    from rest_framework.authtoken.models import Token
 
     alice = make_user("alice", teams=("vision",))
     # A lease of her own so lease endpoints have something in scope besides 404s.
@@ -36,7 +36,7 @@ def member_token(demo_fleet: Any, make_user: Any, api: Any) -> Iterator[str]:
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     try:
-        yield Token.objects.get_or_create(user=alice)[0].key
+        yield api_key(alice)
     finally:
         request_started.connect(close_old_connections)
         request_finished.connect(close_old_connections)

@@ -24,12 +24,11 @@ class Cli:
 def server(transactional_db: Any, demo_fleet: Any, make_user: Any, live_server: Any,
            monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> Cli:
     """`server.run("ls", "-o", "json")` → (exit code, stdout, stderr), as alice of team vision."""
-    from rest_framework.authtoken.models import Token
-
     from gpupool_cli.main import main
+    from tests.support.tokens import api_key
 
     alice = make_user("alice", teams=("vision",))
-    token = Token.objects.get_or_create(user=alice)[0].key
+    token = api_key(alice)
     monkeypatch.setenv("GPUPOOL_URL", live_server.url)
     monkeypatch.setenv("GPUPOOL_TOKEN", token)
     monkeypatch.setenv("GPUPOOL_CONFIG", str(tmp_path / "config.json"))

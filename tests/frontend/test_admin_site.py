@@ -17,7 +17,8 @@ pytestmark = pytest.mark.django_db
 
 MODELS = ["inventory.Pool", "inventory.Source", "inventory.Host", "inventory.Gpu", "inventory.GpuSample",
           "allocation.Team", "allocation.Quota", "allocation.PriorityClass", "allocation.Lease",
-          "allocation.LeaseGpu", "allocation.AuditEvent", "allocation.UsageLedger", "allocation.SchedulerSettings"]
+          "allocation.LeaseGpu", "allocation.AuditEvent", "allocation.UsageLedger", "allocation.SchedulerSettings",
+          "core.ApiToken"]
 
 
 def url(model: Any, view: str, *args: Any) -> str:

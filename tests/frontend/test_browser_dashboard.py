@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 
 from allocation.engine import run_pass
 from allocation.services.leases import lease_create
 from inventory.models import Gpu, Host
 from tests.frontend.browser import launch, log_in, needs_chromium, shoot
 from tests.frontend.seed import PASSWORD
+from tests.support.tokens import api_key
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -46,8 +46,8 @@ def shots(artifacts: Any) -> Any:
 
 
 def api_quotas(base: str, user: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    token, _ = Token.objects.get_or_create(user=user)
-    body = requests.get(f"{base}/api/v1/quotas/", headers={"Authorization": f"Token {token.key}"}, timeout=10).json()
+    key = api_key(user, scope="read")  # a dashboard's token: reads are all it needs
+    body = requests.get(f"{base}/api/v1/quotas/", headers={"Authorization": f"Token {key}"}, timeout=10).json()
     return {(q["team"], q["pool"]): q for q in body["results"]}
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import requests
-from rest_framework.authtoken.models import Token
 
 from tests.support.processes import celery_worker
+from tests.support.tokens import api_key
 
 
 def _wait_for(fetch: Any, predicate: Any, timeout: float = 30.0) -> Any:
@@ -35,7 +35,7 @@ def test_a_real_worker_grants_a_posted_lease_within_seconds_and_release_frees_it
 
         app.control.purge()
     alice = make_user("alice", teams=("vision",))
-    token = Token.objects.create(user=alice).key
+    token = api_key(alice)
     http = requests.Session()
     http.headers["Authorization"] = f"Token {token}"
     with celery_worker(tmp_path / "worker.log", GPUPOOL_AUTOSCHEDULE="1"):

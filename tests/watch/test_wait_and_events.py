@@ -20,12 +20,11 @@ pytestmark = [pytest.mark.slow]
 
 @pytest.fixture
 def fleet(transactional_db: Any, demo_fleet: Any, make_user: Any) -> dict[str, Any]:
-    from rest_framework.authtoken.models import Token
+    from tests.support.tokens import api_key
 
     alice = make_user("alice", teams=("vision",))
     carol = make_user("carol", teams=("nlp",))
-    return {"alice": Token.objects.get_or_create(user=alice)[0].key,
-            "carol": Token.objects.get_or_create(user=carol)[0].key}
+    return {"alice": api_key(alice), "carol": api_key(carol)}
 
 
 @pytest.fixture(scope="module", params=["redis", "audit-log"])

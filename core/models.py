@@ -1,0 +1,49 @@
+"""API tokens, stored as a SHA-256 digest: the key itself is shown once, when it is issued.
+
+A key is 32 random bytes, so a fast hash is enough (no dictionary to attack, unlike a password);
+the digest column is unique and indexed, so a lookup is one index probe."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class TokenScope(models.TextChoices):
+    READ = "read", "read only (safe methods)"
+    WRITE = "write", "read and write"
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, help_text="what the token is for (a dashboard, CI)")
+    # The key's first characters: shown to users so they can tell their tokens apart and revoke one.
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the key, hex")
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.WRITE)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="empty: never expires")
+    # Written at most once a minute per token, never on every request (core/tokens.py).
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user_id}, {self.scope})"
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        """Whether `expires_at` has passed at `now` (default: the current time); never when it is None."""
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
+
+    @property
+    def state(self) -> str:
+        """revoked, expired or active (a revoked token reads as revoked even once it has expired)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "expired" if self.is_expired() else "active"
