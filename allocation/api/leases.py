@@ -30,6 +30,7 @@ from allocation.models import Lease
 from allocation.selectors import lease_list
 from allocation.services.leases import lease_create, lease_release, lease_renew
 from core.api.viewsets import ReadOnlyViewSet
+from core.errors import DomainError
 
 
 class LeaseCreateThrottle(UserRateThrottle):
@@ -92,7 +93,7 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         body = LeaseCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key", "")[:255]
+        key = _idempotency_key(request)
         lease, created = lease_create(user=request.user, idempotency_key=key, **body.validated_data)
         if created:  # a new lease holds no GPUs yet: nothing to read back
             return Response(lease_dict(lease, gpus=[]), status=status.HTTP_201_CREATED)
@@ -150,3 +151,15 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         lease = self.get_object()
         events = lease.audit_events.order_by("at", "id")
         return Response(AuditEventSerializer(events, many=True).data)
+
+
+def _idempotency_key(request: Request) -> str:
+    """The Idempotency-Key header ("" when absent). A key is compared whole, so one too long to
+    store or with control characters is refused rather than cut (two keys sharing their first
+    255 characters would otherwise name the same lease)."""
+    key = request.headers.get("Idempotency-Key", "")
+    if len(key) > 255 or not key.isprintable():
+        raise DomainError("Idempotency-Key must be at most 255 printable characters",
+                          code="invalid_idempotency_key",
+                          details={"Idempotency-Key": ["at most 255 printable characters"]})
+    return key

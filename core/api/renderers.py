@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 from rest_framework import parsers, renderers
+from rest_framework.exceptions import ParseError
 from rest_framework.utils import encoders
 
 _ENCODER = encoders.JSONEncoder()
@@ -68,5 +69,9 @@ class JSONParser(parsers.JSONParser):
             except orjson.JSONDecodeError:
                 pass
         # What orjson refuses the stock parser decides, so the same bodies are accepted, and
-        # refused with the same message.
-        return super().parse(io.BytesIO(raw), media_type, parser_context)
+        # refused with the same message. Nesting deeper than the interpreter's recursion limit
+        # (orjson stops at 1,024 levels) is a malformed body, not a server error.
+        try:
+            return super().parse(io.BytesIO(raw), media_type, parser_context)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply") from None
