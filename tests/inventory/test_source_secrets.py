@@ -10,7 +10,7 @@ from allocation.apply import config_apply, config_export
 from allocation.config import parse_config
 from inventory import secrets
 from inventory.discovery import source_connector
-from inventory.models import Source
+from inventory.models import Host, Source
 from inventory.secrets import decrypt, source_secrets_open, source_secrets_seal, source_secrets_split
 from tests.support.sshd import new_ed25519
 
@@ -64,3 +64,30 @@ def test_apply_encrypts_the_key_and_discovery_hands_it_back() -> None:
     other, _ = new_ed25519()
     assert "~ source lab: private key replaced" in config_apply(parse_config(ssh_yaml(other), "f.yaml"))
     assert source_connector(Source.objects.get(name="lab")).config["private_key"] == other
+
+
+@pytest.mark.django_db
+def test_the_key_is_in_no_log_line_and_no_audit_event(caplog: pytest.LogCaptureFixture) -> None:
+    """Applying, replacing and using a key (a discovery that fails to connect) at DEBUG level:
+    the key material shows up nowhere an operator or an auditor reads."""
+    import logging
+
+    from allocation.models import AuditEvent
+    from inventory.discovery import source_discover
+
+    first, second = new_ed25519()[0], new_ed25519()[0]
+    with caplog.at_level(logging.DEBUG):
+        config_apply(parse_config(ssh_yaml(first), "f.yaml"))
+        config_apply(parse_config(ssh_yaml(second), "f.yaml"))
+        source = Source.objects.get(name="lab")
+        source.config = {**source.config, "connect_timeout": 1, "hosts": [{"address": "127.0.0.1", "port": 9,
+                                                                           "host_key": PUBLIC}]}
+        source.save(update_fields=["config"])
+        source_discover(source=source)  # nothing listens on port 9: the failure is recorded
+    source.refresh_from_db()
+    assert source.last_error or Host.objects.filter(source=source).exclude(error="").exists()
+    audit = str(list(AuditEvent.objects.values("data", "message")))
+    for key in (first, second):
+        inner = "".join(key.splitlines()[1:-1])
+        assert inner[:40] not in caplog.text and inner[:40] not in audit
+    assert "lab" in audit  # the events exist, only without the key
