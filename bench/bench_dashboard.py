@@ -2,6 +2,10 @@
 and 10,000 pending leases, logged in as a pool admin (who sees everything).
 
     .venv/bin/python bench/bench_dashboard.py [--hosts 2000] [--pending 10000] [--repeat 5]
+        [--db NAME] [--reuse] [--only SUBSTRING] [--profile PATH]
+
+`--reuse` keeps the database a previous run built (of the same sizes) instead of building it
+again; `--profile PATH` prints the 25 costliest functions of one request to PATH (cProfile).
 
 Each page is rendered in this process through Django's test client (the server's work: queries,
 templates; no network, no browser), median of `--repeat` after one warm-up. The target is
@@ -61,15 +65,47 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {hosts}, gpus_per_ho
     assert (held, waiting) == (hosts * 2, pending), (held, waiting)
 
 
-def measure(repeat: int) -> dict[str, float]:
+def _built() -> bool:
+    from inventory.models import Host
+
+    return Host.objects.exists()
+
+
+def profile(path: str, only: str) -> None:
+    """One request per page under cProfile, the costliest functions (cumulative) written to `path`."""
+    import cProfile
+    import io
+    import pstats
+
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    admin = get_user_model().objects.create(username="admin", is_staff=True)
+    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
+    client = Client()
+    client.force_login(admin)
+    with open(path, "w") as out:
+        for page in PAGES:
+            if only and only not in page:
+                continue
+            client.get(page)
+            profiler = cProfile.Profile()
+            profiler.runcall(client.get, page)
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+            out.write(f"==== {page}\n{text.getvalue()}\n")
+
+
+def measure(repeat: int, only: str = "") -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
     client = Client()
     client.force_login(admin)
     out = {}
     for path in PAGES:
+        if only and only not in path and path != "/healthz":
+            continue
         client.get(path)  # warm-up: templates compiled, caches filled
         times = []
         for _ in range(repeat):
@@ -86,13 +122,20 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=2000)
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--db", default="gpupool_bench_dashboard", help="PostgreSQL database to (re)create")
+    parser.add_argument("--reuse", action="store_true", help="keep a database an earlier run built")
+    parser.add_argument("--only", default="", help="measure only the pages whose path contains this")
+    parser.add_argument("--profile", default="", help="write a cProfile summary of one request per page here")
     args = parser.parse_args()
-    vendor = _django.setup("gpupool_bench_dashboard")
+    vendor = _django.setup(args.db, fresh=not args.reuse)
     started = time.perf_counter()
-    build(args.hosts, args.pending)
+    if not (args.reuse and _built()):
+        build(args.hosts, args.pending)
     print(f"fleet: {args.hosts} hosts, {args.hosts * 8} GPUs, {args.pending} pending on {vendor} "
           f"(built in {time.perf_counter() - started:.0f} s)")
-    times = measure(args.repeat)
+    if args.profile:
+        profile(args.profile, args.only)
+    times = measure(args.repeat, args.only)
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")

@@ -271,6 +271,11 @@ def pending_queue(*, user: Any) -> QuerySet[Lease]:
         "pool__name", F("queue_position").asc(nulls_last=True), "created_at")
 
 
+def pool_names() -> list[str]:
+    """Every pool's name, A to Z (the choices of the lists' pool filter)."""
+    return list(Pool.objects.order_by("name").values_list("name", flat=True))
+
+
 def capacity_hosts() -> list[HostRow]:
     """Every host with its top-level GPUs, for the capacity-move picker (no lease visibility)."""
     rows = {h.pk: HostRow(h) for h in host_list()}
