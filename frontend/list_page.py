@@ -167,6 +167,7 @@ class ListPage(Generic[T]):
     pages: int
     query: ListQuery
     counts: list[tuple[str, str, int]] = field(default_factory=list)  # (value, label, n) over the result
+    totals: dict[str, int] = field(default_factory=dict)  # other sums over the result, by name
 
     @property
     def first(self) -> int:

@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Q, QuerySet, Sum
+from django.db.models import Avg, Count, Q, Sum
 from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu, Quota
-from allocation.selectors import fair_share_standing, lease_list, quota_list
+from allocation.selectors import fair_share_standing, quota_list
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
@@ -263,12 +263,6 @@ def _describe_replicas(tiles: Iterable[GpuTile]) -> None:
     units = summarise(members, {t.gpu.pk: t.lease_team if t.visible else "" for t in shared if t.lease_id})
     for tile in shared:
         tile.sharing = units[unit_key(tile.gpu.physical_uuid, tile.gpu.host_id)]
-
-
-def pending_queue(*, user: Any) -> QuerySet[Lease]:
-    """Pending leases the user may see, in the scheduler's order within each pool."""
-    return lease_list(user=user).filter(state=LeaseState.PENDING).order_by(
-        "pool__name", F("queue_position").asc(nulls_last=True), "created_at")
 
 
 def pool_names() -> list[str]:
