@@ -16,9 +16,10 @@ from inventory.models import Gpu, Host
 from inventory.selectors import capacity_units, is_capacity
 
 
-def fleet_spec(*, pools: Sequence[str]) -> ListSpec:
-    """The fleet's filters; `pools` are the pool names a filter may name."""
-    return ListSpec("fleet", (
+def fleet_spec(*, pools: Sequence[str], name: str = "fleet") -> ListSpec:
+    """The fleet's filters; `pools` are the pool names a filter may name. The capacity picker
+    lists hosts the same way (`name` "capacity")."""
+    return ListSpec(name, (
         Filter("pool", "Pool", [(p, p) for p in pools], any_label="All pools"),
         Filter("state", "GPU state", GpuState.choices, any_label="Any state"),
         Filter("model", "Model", placeholder="H100"),
@@ -26,7 +27,7 @@ def fleet_spec(*, pools: Sequence[str]) -> ListSpec:
     ), {
         "name": ("Name A–Z", ("name",)),
         "-name": ("Name Z–A", ("-name",)),
-        # The counts are annotated by `_sorted`.
+        # The counts are annotated by `sorted_hosts`.
         "leased": ("Most leased", ("-n_leased", "name")),
         "free": ("Most free", ("-n_free", "name")),
     })
@@ -34,19 +35,24 @@ def fleet_spec(*, pools: Sequence[str]) -> ListSpec:
 
 def fleet_page(*, user: Any, query: ListQuery) -> ListPage[HostRow]:
     """One page of hosts matching `query`, with GPUs by state over every matching host."""
-    gpus = _matching_gpus(query)
-    hosts = Host.objects.filter(pk__in=gpus.values("host_id"))
-    if query.get("q"):
-        hosts = hosts.filter(name__icontains=query.get("q"))
+    hosts = matching_hosts(query)
 
     def load(ids: QuerySet[Host]) -> list[HostRow]:
         wanted = list(ids.values_list("pk", flat=True))
         by_id = {row.host.pk: row for row in fleet(user=user, pool=query.get("pool"), host_ids=wanted)}
         return [by_id[pk] for pk in wanted if pk in by_id]
 
-    page = paginate(_sorted(hosts, query), query, load)
+    page = paginate(sorted_hosts(hosts, query), query, load)
     page.counts = _legend(query, hosts)
     return page
+
+
+def matching_hosts(query: ListQuery) -> QuerySet[Host]:
+    """Hosts with a GPU of the pool, model and state asked for, named like `q` (unordered)."""
+    hosts = Host.objects.filter(pk__in=_matching_gpus(query).values("host_id"))
+    if query.get("q"):
+        hosts = hosts.filter(name__icontains=query.get("q"))
+    return hosts
 
 
 def _matching_gpus(query: ListQuery) -> QuerySet[Gpu]:
@@ -60,7 +66,7 @@ def _matching_gpus(query: ListQuery) -> QuerySet[Gpu]:
     return gpus
 
 
-def _sorted(hosts: QuerySet[Host], query: ListQuery) -> QuerySet[Host]:
+def sorted_hosts(hosts: QuerySet[Host], query: ListQuery) -> QuerySet[Host]:
     if query.sort in ("leased", "free"):
         usable = is_capacity("gpus__")
         hosts = hosts.annotate(n_leased=Count("gpus", filter=usable & Q(gpus__state=GpuState.LEASED)),
