@@ -41,7 +41,7 @@ def audit_page(*, user: Any, query: ListQuery, now: datetime) -> ListPage[AuditE
     """One page of the events `user` may see; `counts` are (kind, label, events) over every
     event matching the other filters."""
     events = _filtered(audit_event_list(user=user), query, now)
-    page = paginate(events.order_by(*query.ordering()), query)
+    page: ListPage[AuditEvent] = paginate(events.order_by(*query.ordering()), query)
     kinds = dict(_filtered(audit_event_list(user=user), query.without("kind"), now).order_by()
                  .annotate(kind=Substr("action", 1, StrIndex("action", Value(".")) - 1))
                  .values_list("kind").annotate(n=Count("pk")))

@@ -55,7 +55,7 @@ def queue_page(*, user: Any, query: ListQuery) -> ListPage[Lease]:
     """One page of the user's pending leases; `counts` are (pool, pool, leases) over every
     matching lease, and `totals["gpus"]` the GPUs they ask for in all."""
     pending = _filtered(lease_list(user=user).filter(state=LeaseState.PENDING), query)
-    page = paginate(pending.order_by(*query.ordering()), query)
+    page: ListPage[Lease] = paginate(pending.order_by(*query.ordering()), query)
     by_pool = (pending.order_by().values_list("pool__name").annotate(n=Count("pk"), gpus=Sum("gpu_count"))
                .order_by("pool__name"))
     page.counts = [(pool, pool, n) for pool, n, _ in by_pool]
@@ -67,7 +67,7 @@ def leases_page(*, user: Any, query: ListQuery) -> ListPage[Lease]:
     """One page of the leases the user may see; `counts` are leases per state over every lease
     matching the other filters (so the legend shows where the rest are)."""
     visible = lease_list(user=user)
-    page = paginate(_filtered(visible, query).order_by(*query.ordering()), query)
+    page: ListPage[Lease] = paginate(_filtered(visible, query).order_by(*query.ordering()), query)
     states = dict(_filtered(lease_list(user=user, related=False), query.without("state"))
                   .order_by().values_list("state").annotate(n=Count("pk")))
     page.counts = [(value, label, states.get(value, 0)) for value, label in LeaseState.choices]
