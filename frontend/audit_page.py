@@ -45,7 +45,7 @@ def audit_page(*, user: Any, query: ListQuery, now: datetime) -> ListPage[AuditE
     kinds = dict(_filtered(audit_event_list(user=user), query.without("kind"), now).order_by()
                  .annotate(kind=Substr("action", 1, StrIndex("action", Value(".")) - 1))
                  .values_list("kind").annotate(n=Count("pk")))
-    page.counts = [(value, label, kinds.get(value, 0)) for value, label in KINDS]
+    page.counts, page.counted_by = [(value, label, kinds.get(value, 0)) for value, label in KINDS], "kind"
     return page
 
 

@@ -43,7 +43,7 @@ def fleet_page(*, user: Any, query: ListQuery) -> ListPage[HostRow]:
         return [by_id[pk] for pk in wanted if pk in by_id]
 
     page = paginate(sorted_hosts(hosts, query), query, load)
-    page.counts = _legend(query, hosts)
+    page.counts, page.counted_by = _legend(query, hosts), "state"
     return page
 
 

@@ -58,7 +58,7 @@ def queue_page(*, user: Any, query: ListQuery) -> ListPage[Lease]:
     page: ListPage[Lease] = paginate(pending.order_by(*query.ordering()), query)
     by_pool = (pending.order_by().values_list("pool__name").annotate(n=Count("pk"), gpus=Sum("gpu_count"))
                .order_by("pool__name"))
-    page.counts = [(pool, pool, n) for pool, n, _ in by_pool]
+    page.counts, page.counted_by = [(pool, pool, n) for pool, n, _ in by_pool], "pool"
     page.totals["gpus"] = sum(gpus or 0 for _, _, gpus in by_pool)
     return page
 
@@ -71,6 +71,7 @@ def leases_page(*, user: Any, query: ListQuery) -> ListPage[Lease]:
     states = dict(_filtered(lease_list(user=user, related=False), query.without("state"))
                   .order_by().values_list("state").annotate(n=Count("pk")))
     page.counts = [(value, label, states.get(value, 0)) for value, label in LeaseState.choices]
+    page.counted_by = "state"
     return page
 
 

@@ -157,6 +157,18 @@ class ListQuery:
         return urlencode(pairs)
 
 
+@dataclass(frozen=True)
+class LegendItem:
+    """One count of a page's legend, as a link that filters the list by it (or, when that
+    filter is on already, clears it)."""
+
+    value: str
+    label: str
+    count: int
+    href: str
+    current: bool
+
+
 @dataclass
 class ListPage(Generic[T]):
     """One page of a list: its rows and where it lies in the whole result."""
@@ -167,6 +179,7 @@ class ListPage(Generic[T]):
     pages: int
     query: ListQuery
     counts: list[tuple[str, str, int]] = field(default_factory=list)  # (value, label, n) over the result
+    counted_by: str = ""  # the filter whose values `counts` counts
     totals: dict[str, int] = field(default_factory=dict)  # other sums over the result, by name
 
     @property
@@ -190,6 +203,13 @@ class ListPage(Generic[T]):
     @property
     def next_qs(self) -> str:
         return self.query.query_string(page=self.page + 1)
+
+    @property
+    def legend(self) -> list[LegendItem]:
+        current = self.query.get(self.counted_by)
+        return [LegendItem(value, label, n, "?" + self.query.query_string(
+            page=1, **{self.counted_by: "" if value == current else value}), value == current)
+            for value, label, n in self.counts]
 
 
 def paginate(rows: QuerySet[Any], query: ListQuery,

@@ -101,9 +101,3 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
 
-
-@register.simple_tag
-def list_qs(query: Any, **changes: Any) -> str:
-    """`?…` for a list page's query with `changes` (a filter set or cleared with ""), back on
-    page 1: what a legend's or a column's link points at."""
-    return "?" + query.query_string(page=1, **changes)

@@ -4,7 +4,6 @@ updates without a reload, and screenshots at 1280 and 390 px in test-artifacts/.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from allocation.models import AuditEvent, Lease, PriorityClass, Team
 from allocation.services.admin import host_admin_action
 from allocation.services.leases import lease_create
 from inventory.models import Host, Pool
-from tests.frontend.browser import launch, log_in, needs_chromium, shoot
+from tests.frontend.browser import log_in, needs_chromium, shoot
 from tests.frontend.seed import PASSWORD
 
 pytestmark = [pytest.mark.browser, needs_chromium]
@@ -32,26 +31,6 @@ sources:
   - {name: a100, kind: simulated, pool: inference, hosts: 500, gpus_per_host: 8, host_prefix: a100,
      model: "NVIDIA A100-SXM4-80GB"}
 """
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    # Playwright's sync API keeps an event loop in this thread; Django would then refuse ORM calls
-    # made by the test itself between browser steps.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        yield from launch()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    browser.clear_cookies()
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    page.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 @pytest.fixture
