@@ -117,7 +117,8 @@ def test_admin_filters_and_pages_every_list(live_server: Any, big_fleet: Any, pa
     page.wait_for_url("**/leases/?state=granted&team=vision")
     assert count_line(page) == "Leases 1–50 of 750"
     held = Lease.objects.filter(state="granted", team__name="vision").values_list("host__name", flat=True).first()
-    page.locator("#leases-q").fill(str(held))
+    assert held is not None
+    page.locator("#leases-q").fill(held)
     page.locator("#leases-filter").click()
     page.wait_for_url(f"**/leases/?state=granted&team=vision&q={held}")
     expected = Lease.objects.filter(state="granted", team__name="vision", host__name__icontains=held).count()
