@@ -63,13 +63,13 @@ class ListSpec:
             values[spec.name] = value
         sort = params.get("sort", "") or self.default_sort
         if sort not in self.sorts:
-            problems.append(f"Sort “{sort[:MAX_TEXT]}” is not one of {_some(self._sort_choices())}: "
+            problems.append(f"Sort “{sort[:MAX_TEXT]}” is not one of {_some(self.sort_choices())}: "
                             f"sorted by {self.sorts[self.default_sort][0].lower()}.")
             sort = self.default_sort
         page = _page_number(params.get("page", ""), problems)
         return ListQuery(self, values, sort, page, tuple(problems))
 
-    def _sort_choices(self) -> list[tuple[str, str]]:
+    def sort_choices(self) -> list[tuple[str, str]]:
         return [(key, label) for key, (label, _) in self.sorts.items()]
 
 
@@ -133,7 +133,7 @@ class ListQuery:
         return [BoundFilter(f, self.get(f.name)) for f in self.spec.filters]
 
     def sort_choices(self) -> list[tuple[str, str]]:
-        return self.spec._sort_choices()
+        return self.spec.sort_choices()
 
     def ordering(self) -> Sequence[Any]:
         return self.spec.sorts[self.sort][1]
