@@ -1,7 +1,11 @@
-"""Dashboard pages at fleet scale: server time per page with 2,000 hosts, 16,000 GPUs (all held)
-and 10,000 pending leases, logged in as a pool admin (who sees everything).
+"""Dashboard pages at fleet scale: server time per page with 2,000 hosts, 16,000 GPUs (all held),
+10,000 pending leases and 100,000 audit events, logged in as a pool admin (who sees everything).
 
     .venv/bin/python bench/bench_dashboard.py [--hosts 2000] [--pending 10000] [--repeat 5]
+        [--db NAME] [--reuse] [--only SUBSTRING] [--profile PATH]
+
+`--reuse` keeps the database a previous run built (of the same sizes) instead of building it
+again; `--profile PATH` prints the 25 costliest functions of one request to PATH (cProfile).
 
 Each page is rendered in this process through Django's test client (the server's work: queries,
 templates; no network, no browser), median of `--repeat` after one warm-up. The target is
@@ -20,8 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _django
 
+# Every list page: its first page, a deep page, and filters that touch every row.
 PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?state=free&sort=free",
-         "/fleet/?q=node-1", "/queue/", "/leases/", "/capacity/"]
+         "/fleet/?q=node-1", "/queue/", "/queue/?page=150", "/queue/?team=team-3&sort=size&q=bench",
+         "/leases/", "/leases/?state=granted&page=60", "/leases/?model=h100&sort=team",
+         "/audit/", "/audit/?page=300", "/audit/?kind=lease&window=24h&q=granted",
+         "/capacity/"]
 
 
 def build(hosts: int, pending: int) -> None:
@@ -61,15 +69,70 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {hosts}, gpus_per_ho
     assert (held, waiting) == (hosts * 2, pending), (held, waiting)
 
 
-def measure(repeat: int) -> dict[str, float]:
+def audit_history(events: int) -> None:
+    """Up to `events` audit events over the last 30 days, as months of leases leave behind (the
+    build itself writes few: its leases are bulk-created)."""
+    import random
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from allocation.models import AuditEvent, Lease
+
+    missing = events - AuditEvent.objects.count()
+    if missing <= 0:
+        return
+    rng, now = random.Random(15), timezone.now()
+    leases = list(Lease.objects.values_list("pk", flat=True)[:5000])
+    actions = ["lease.created", "lease.granted", "lease.released", "lease.expired", "lease.preempted"]
+    AuditEvent.objects.bulk_create([AuditEvent(
+        at=now - timedelta(seconds=rng.uniform(0, 30 * 86400)), actor=f"user-{i % 97}",
+        action=rng.choice(actions), object_type="lease", object_id=str(lease), lease_id=lease,
+        message=f"{rng.choice(['finished', 'idle', 'requeued', 'over quota'])} on node-{i % 2000}")
+        for i, lease in ((i, rng.choice(leases)) for i in range(missing))], batch_size=5000)
+
+
+def _built() -> bool:
+    from inventory.models import Host
+
+    return Host.objects.exists()
+
+
+def profile(path: str, only: str) -> None:
+    """One request per page under cProfile, the costliest functions (cumulative) written to `path`."""
+    import cProfile
+    import io
+    import pstats
+
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    admin = get_user_model().objects.create(username="admin", is_staff=True)
+    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
+    client = Client()
+    client.force_login(admin)
+    with open(path, "w") as out:
+        for page in PAGES:
+            if only and only not in page:
+                continue
+            client.get(page)
+            profiler = cProfile.Profile()
+            profiler.runcall(client.get, page)
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+            out.write(f"==== {page}\n{text.getvalue()}\n")
+
+
+def measure(repeat: int, only: str = "") -> dict[str, float]:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
     client = Client()
     client.force_login(admin)
     out = {}
     for path in PAGES:
+        if only and only not in path and path != "/healthz":
+            continue
         client.get(path)  # warm-up: templates compiled, caches filled
         times = []
         for _ in range(repeat):
@@ -86,17 +149,27 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=2000)
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--events", type=int, default=100_000, help="audit events in the log")
+    parser.add_argument("--db", default="gpupool_bench_dashboard", help="PostgreSQL database to (re)create")
+    parser.add_argument("--reuse", action="store_true", help="keep a database an earlier run built")
+    parser.add_argument("--only", default="", help="measure only the pages whose path contains this")
+    parser.add_argument("--profile", default="", help="write a cProfile summary of one request per page here")
     args = parser.parse_args()
-    vendor = _django.setup("gpupool_bench_dashboard")
+    vendor = _django.setup(args.db, fresh=not args.reuse)
     started = time.perf_counter()
-    build(args.hosts, args.pending)
-    print(f"fleet: {args.hosts} hosts, {args.hosts * 8} GPUs, {args.pending} pending on {vendor} "
+    if not (args.reuse and _built()):
+        build(args.hosts, args.pending)
+    audit_history(args.events)
+    print(f"fleet: {args.hosts} hosts, {args.hosts * 8} GPUs, {args.pending} pending, "
+          f"{args.events} audit events on {vendor} "
           f"(built in {time.perf_counter() - started:.0f} s)")
-    times = measure(args.repeat)
+    if args.profile:
+        profile(args.profile, args.only)
+    times = measure(args.repeat, args.only)
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")
-        print(f"{path:32s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+        print(f"{path:44s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
 
 
 if __name__ == "__main__":

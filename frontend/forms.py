@@ -6,7 +6,6 @@ from typing import Any, cast
 
 from django import forms
 
-from allocation.choices import LeaseState
 from inventory.models import Pool
 
 
@@ -37,18 +36,6 @@ class QuotaForm(forms.Form):
 
 class WeightForm(forms.Form):
     weight = forms.FloatField(min_value=0.01, max_value=10**4, label="Weight")
-
-
-class LeaseFilterForm(forms.Form):
-    state = forms.ChoiceField(required=False, choices=[("", "Any state"), ("active", "Active"),
-                                                       *LeaseState.choices])
-    team = forms.ChoiceField(required=False)
-    pool = forms.ChoiceField(required=False)
-
-    def __init__(self, *args: Any, teams: list[str], pools: list[str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cast(forms.ChoiceField, self.fields["team"]).choices = [("", "Any team"), *((t, t) for t in teams)]
-        cast(forms.ChoiceField, self.fields["pool"]).choices = [("", "Any pool"), *((p, p) for p in pools)]
 
 
 class RenewForm(forms.Form):

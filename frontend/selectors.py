@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, F, Q, QuerySet, Sum
+from django.db.models import Avg, Count, Q, Sum
 from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu, Quota
-from allocation.selectors import fair_share_standing, lease_list, quota_list
+from allocation.selectors import fair_share_standing, quota_list
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
@@ -265,19 +265,23 @@ def _describe_replicas(tiles: Iterable[GpuTile]) -> None:
         tile.sharing = units[unit_key(tile.gpu.physical_uuid, tile.gpu.host_id)]
 
 
-def pending_queue(*, user: Any) -> QuerySet[Lease]:
-    """Pending leases the user may see, in the scheduler's order within each pool."""
-    return lease_list(user=user).filter(state=LeaseState.PENDING).order_by(
-        "pool__name", F("queue_position").asc(nulls_last=True), "created_at")
+def pool_names() -> list[str]:
+    """Every pool's name, A to Z (the choices of the lists' pool filter)."""
+    return list(Pool.objects.order_by("name").values_list("name", flat=True))
 
 
-def capacity_hosts() -> list[HostRow]:
-    """Every host with its top-level GPUs, for the capacity-move picker (no lease visibility)."""
-    rows = {h.pk: HostRow(h) for h in host_list()}
-    for gpu in gpu_list(filters={"gone": False, "parent__isnull": True}).annotate(
-            n_slices=Count("slices", filter=Q(slices__gone=False))):
+def capacity_hosts(host_ids: list[int] | None = None) -> list[HostRow]:
+    """Hosts (all, or `host_ids` in that order) with their top-level GPUs, for the capacity-move
+    picker (no lease visibility); hosts without GPUs are left out."""
+    hosts = host_list() if host_ids is None else host_list().filter(pk__in=host_ids)
+    gpus = gpu_list(filters={"gone": False, "parent__isnull": True})
+    if host_ids is not None:
+        gpus = gpus.filter(host_id__in=host_ids)
+    rows = {h.pk: HostRow(h) for h in hosts}
+    for gpu in gpus.annotate(n_slices=Count("slices", filter=Q(slices__gone=False))):
         if gpu.host_id in rows:
             rows[gpu.host_id].gpus.append(GpuTile(gpu))
             if gpu.pool.name not in rows[gpu.host_id].pools:
                 rows[gpu.host_id].pools.append(gpu.pool.name)
-    return [r for r in rows.values() if r.gpus]
+    ordered = rows.values() if host_ids is None else (rows[pk] for pk in host_ids if pk in rows)
+    return [r for r in ordered if r.gpus]

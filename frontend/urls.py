@@ -21,6 +21,7 @@ urlpatterns = [
     path("leases/<uuid:lease_id>/", views.lease_detail, name="lease-detail"),
     path("leases/<uuid:lease_id>/release/", views.lease_release_view, name="lease-release"),
     path("leases/<uuid:lease_id>/renew/", views.lease_renew_view, name="lease-renew"),
+    path("audit/", views.audit, name="audit"),
     path("capacity/", views.capacity, name="capacity"),
     path("capacity/preview/", views.capacity_preview_view, name="capacity-preview"),
     path("capacity/confirm/", views.capacity_confirm_view, name="capacity-confirm"),

@@ -100,3 +100,4 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
             params[key] = value
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+

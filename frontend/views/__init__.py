@@ -1,5 +1,6 @@
 """Dashboard views, one module per page; they translate HTTP and delegate to selectors/services."""
 
+from frontend.views.audit import audit
 from frontend.views.capacity import capacity, capacity_confirm_view, capacity_preview_view
 from frontend.views.fleet import fleet, host_action
 from frontend.views.leases import (
@@ -14,7 +15,7 @@ from frontend.views.overview import overview
 from frontend.views.quotas import quota_edit, quotas, team_weight
 
 __all__ = [
-    "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "host_action", "lease_detail",
+    "audit", "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "host_action", "lease_detail",
     "lease_release_view", "lease_renew_view", "leases", "overview", "queue", "quota_edit", "quotas",
     "reservation_cancel_view", "team_weight",
 ]

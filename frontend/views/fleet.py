@@ -9,10 +9,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from allocation.services.admin import host_admin_action
 from core.errors import DomainError
 from frontend.access import admin_required, htmx_target, is_htmx, login_required
-from frontend.fleet_page import SORT_LABELS, FleetQuery, fleet_page
+from frontend.fleet_page import fleet_page, fleet_spec
+from frontend.list_page import list_context
 from frontend.selectors import fleet as fleet_rows
-from inventory.choices import GpuState
-from inventory.models import Host, Pool
+from frontend.selectors import pool_names
+from inventory.models import Host
 
 VERBS = {"cordon": "cordoned", "drain": "drained", "uncordon": "uncordoned"}
 
@@ -20,14 +21,9 @@ VERBS = {"cordon": "cordoned", "drain": "drained", "uncordon": "uncordoned"}
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
     """Hosts filtered, sorted and paginated in the database; the live part polls the same query."""
-    query = FleetQuery.from_params(request.GET)
+    query = fleet_spec(pools=pool_names()).parse(request.GET)
     page = fleet_page(user=request.user, query=query)
-    context = {"hosts": page.rows, "legend": page.legend, "page": page, "query": query,
-               "pool": query.pool, "qs": query.query_string(),
-               "prev_qs": query.query_string(page=page.page - 1),
-               "next_qs": query.query_string(page=page.page + 1),
-               "pools": Pool.objects.order_by("name").values_list("name", flat=True),
-               "states": GpuState.choices, "sorts": SORT_LABELS.items()}
+    context = list_context(page, hosts=page.rows, legend=page.counts, pool=query.get("pool"))
     if htmx_target(request) == "fleet-live":
         return render(request, "frontend/partials/fleet_live.html", context)
     return render(request, "frontend/fleet.html", context)

@@ -4,29 +4,35 @@ trail, binding status and the owner's release/renew buttons."""
 from __future__ import annotations
 
 from django.contrib import messages
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
 from allocation.choices import ACTIVE_STATES, HOLDING_STATES, LeaseState
-from allocation.models import AuditEvent, Lease
+from allocation.models import AuditEvent, Lease, PriorityClass
 from allocation.selectors import lease_list, team_list
 from allocation.services.leases import lease_release, lease_renew
 from allocation.services.reservations import reservation_cancel
 from core.errors import DomainError
 from frontend.access import htmx_target, login_required
-from frontend.forms import LeaseFilterForm, ReleaseForm, RenewForm
-from frontend.selectors import pending_queue
+from frontend.forms import ReleaseForm, RenewForm
+from frontend.lease_lists import lease_spec, leases_page, queue_page, queue_spec
+from frontend.list_page import list_context
+from frontend.selectors import pool_names
 from frontend.timeline import reservation_timeline
-from inventory.models import Pool
 
-PAGE_SIZE = 50
+
+def _team_names(request: HttpRequest) -> list[str]:
+    return list(team_list(user=request.user).order_by("name").values_list("name", flat=True))
 
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    context: dict[str, object] = {"leases": list(pending_queue(user=request.user)[:500]), "now": timezone.now()}
+    """Pending leases, filtered and paged in the database; the live part polls the same query."""
+    priorities = list(PriorityClass.objects.values_list("name", flat=True))
+    spec = queue_spec(pools=pool_names(), teams=_team_names(request), priorities=priorities)
+    page = queue_page(user=request.user, query=spec.parse(request.GET))
+    context = list_context(page, leases=page.rows, now=timezone.now())
     if htmx_target(request) == "queue-live":
         return render(request, "frontend/partials/queue_live.html", context)
     context["timeline"] = reservation_timeline(user=request.user, now=timezone.now())
@@ -48,22 +54,13 @@ def reservation_cancel_view(request: HttpRequest, reservation_id: int) -> HttpRe
 
 @login_required
 def leases(request: HttpRequest) -> HttpResponse:
-    teams = list(team_list(user=request.user).values_list("name", flat=True))
-    pools = list(Pool.objects.order_by("name").values_list("name", flat=True))
-    form = LeaseFilterForm(request.GET or None, teams=teams, pools=pools)
-    qs = lease_list(user=request.user)
-    if form.is_valid():
-        state = form.cleaned_data["state"]
-        if state == "active":
-            qs = qs.filter(state__in=ACTIVE_STATES)
-        elif state:
-            qs = qs.filter(state=state)
-        if form.cleaned_data["team"]:
-            qs = qs.filter(team__name=form.cleaned_data["team"])
-        if form.cleaned_data["pool"]:
-            qs = qs.filter(pool__name=form.cleaned_data["pool"])
-    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "frontend/leases.html", {"form": form, "page": page, "leases": page.object_list})
+    """Leases the user may see, filtered and paged in the database; the live part polls it."""
+    spec = lease_spec(pools=pool_names(), teams=_team_names(request))
+    page = leases_page(user=request.user, query=spec.parse(request.GET))
+    context = list_context(page, leases=page.rows)
+    if htmx_target(request) == "leases-live":
+        return render(request, "frontend/partials/leases_live.html", context)
+    return render(request, "frontend/leases.html", context)
 
 
 def _visible_lease(request: HttpRequest, lease_id: str) -> Lease:

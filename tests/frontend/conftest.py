@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.frontend.browser import launch
 from tests.frontend.seed import Seeded, seed_dashboard
 
 
@@ -32,3 +34,23 @@ def client_for(client: Any) -> Any:
         return c
 
     return login
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    # Playwright's sync API keeps an event loop in this thread; Django would then refuse ORM calls
+    # made by the test itself between browser steps.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield from launch()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    browser.clear_cookies()
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    page.close()
+    assert not errors, f"JavaScript errors: {errors}"

@@ -4,7 +4,6 @@ cordoned, capacity is moved after a preview; every page is photographed at 1280 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,31 +12,11 @@ import requests
 from allocation.engine import run_pass
 from allocation.services.leases import lease_create
 from inventory.models import Gpu, Host
-from tests.frontend.browser import launch, log_in, needs_chromium, shoot
+from tests.frontend.browser import log_in, needs_chromium, shoot
 from tests.frontend.seed import PASSWORD
 from tests.support.tokens import api_key
 
 pytestmark = [pytest.mark.browser, needs_chromium]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    # Playwright's sync API keeps an event loop in this thread; Django would then refuse ORM calls
-    # made by the test itself between browser steps.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        yield from launch()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    browser.clear_cookies()
-    page = browser.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    page.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 @pytest.fixture

@@ -24,4 +24,19 @@
       gpu.disabled = box.checked;
     });
   });
+  // List filters are GET forms: leave empty filters and the default sort out of the URL, so a
+  // shared link reads "?pool=training&page=2", not every field of the form. Runs in the capture
+  // phase, before the browser (or HTMX) reads the form; the fields come back right after.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches || !form.matches("form.filters")) return;
+    var off = [];
+    form.querySelectorAll("input[name], select[name]").forEach(function (field) {
+      if (!field.disabled && (field.value === "" || field.value === field.getAttribute("data-default"))) {
+        field.disabled = true;
+        off.push(field);
+      }
+    });
+    setTimeout(function () { off.forEach(function (field) { field.disabled = false; }); }, 0);
+  }, true);
 })();
