@@ -35,6 +35,9 @@ class PoolPoint(models.Model):
         constraints = [models.UniqueConstraint(fields=["pool", "step", "at"], name="history_pool_point_key")]
         indexes = [models.Index(fields=["step", "at"], name="history_pool_point_age")]
 
+    def __str__(self) -> str:
+        return f"pool {self.pool_id} @{self.at:%Y-%m-%d %H:%M} /{self.step}s"
+
 
 class TeamPoolPoint(models.Model):
     """A team's standing in one pool at one bucket: what it holds against its quota, and how long
@@ -60,6 +63,9 @@ class TeamPoolPoint(models.Model):
                                                name="history_team_pool_point_key")]
         indexes = [models.Index(fields=["step", "at"], name="history_team_point_age")]
 
+    def __str__(self) -> str:
+        return f"team {self.team_id} pool {self.pool_id} @{self.at:%Y-%m-%d %H:%M} /{self.step}s"
+
 
 class ModelPoint(models.Model):
     """Utilisation of one GPU model in one pool at one bucket."""
@@ -76,6 +82,9 @@ class ModelPoint(models.Model):
         constraints = [models.UniqueConstraint(fields=["pool", "model", "step", "at"],
                                                name="history_model_point_key")]
         indexes = [models.Index(fields=["step", "at"], name="history_model_point_age")]
+
+    def __str__(self) -> str:
+        return f"{self.model} in pool {self.pool_id} @{self.at:%Y-%m-%d %H:%M} /{self.step}s"
 
 
 class GpuPoint(models.Model):
@@ -95,3 +104,6 @@ class GpuPoint(models.Model):
         ordering = ["gpu", "at"]
         constraints = [models.UniqueConstraint(fields=["gpu", "at"], name="history_gpu_point_key")]
         indexes = [models.Index(fields=["at"], name="history_gpu_point_age")]
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @{self.at:%Y-%m-%d %H:%M}"

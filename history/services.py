@@ -7,6 +7,7 @@ same minute, two beats, or a retry overlapping the run it retries, leave what on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -141,11 +142,11 @@ def gpu_history_roll_up(*, now: datetime) -> int:
     if window is None:
         return 0
     aggregates = {f"agg_{name}": agg(column) for name, (column, agg) in _GPU_ROLLUP.values.items()}
-    rows = (GpuSample.objects.filter(at__gte=window[0], at__lt=window[1])
-            .annotate(hour=TruncHour("at", tzinfo=UTC)).values("gpu_id", "hour")
-            .annotate(**aggregates).order_by())
-    points = [GpuPoint(gpu_id=row["gpu_id"], at=row["hour"], **{name: row[f"agg_{name}"] for name in _GPU_ROLLUP.values})
-              for row in rows]
+    rows: Iterable[dict[str, Any]] = (
+        GpuSample.objects.filter(at__gte=window[0], at__lt=window[1])
+        .annotate(hour=TruncHour("at", tzinfo=UTC)).values("gpu_id", "hour").annotate(**aggregates).order_by())
+    points = [GpuPoint(gpu_id=row["gpu_id"], at=row["hour"],
+                       **{name: row[f"agg_{name}"] for name in _GPU_ROLLUP.values}) for row in rows]
     return _insert(GpuPoint, points)
 
 

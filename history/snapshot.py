@@ -38,10 +38,11 @@ def pool_and_model_points(at: datetime) -> tuple[list[PoolPoint], list[ModelPoin
     for pool_id in pool_ids:
         counts = stats.get(pool_id, {"capacity": 0, "allocated": 0, "free": 0})
         queue, gpus = pending.get(pool_id, (0, 0))
-        total, n = util.get(pool_id, (0.0, 0.0))
+        total, reporting = util.get(pool_id, (0.0, 0.0))
         pools.append(PoolPoint(pool_id=pool_id, step=Step.MINUTE, at=at, capacity=counts["capacity"],
                                allocated=counts["allocated"], free=counts["free"], pending_gpus=gpus,
-                               queue_length=queue, queue_length_max=queue, util_pct=total / n if n else None))
+                               queue_length=queue, queue_length_max=queue,
+                               util_pct=total / reporting if reporting else None))
     return pools, models
 
 
@@ -57,7 +58,8 @@ def _utilisation_by_model() -> list[tuple[int, str, int, float]]:
 
 def team_points(at: datetime) -> list[TeamPoolPoint]:
     """One point per team and pool that has a quota, holds GPUs or waits for some."""
-    quotas = {(t, p): (g, lim) for t, p, g, lim in Quota.objects.values_list("team_id", "pool_id", "guaranteed", "limit")}
+    quotas = {(t, p): (g, lim) for t, p, g, lim in
+              Quota.objects.values_list("team_id", "pool_id", "guaranteed", "limit")}
     held: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
     for team_id, pool_id, borrowed, n in (LeaseGpu.objects.filter(active=True).values_list(
             "lease__team_id", "lease__pool_id", "lease__borrowed").annotate(n=Count("pk")).order_by()):
