@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import models, transaction
@@ -142,9 +142,9 @@ def gpu_history_roll_up(*, now: datetime) -> int:
     if window is None:
         return 0
     aggregates = {f"agg_{name}": agg(column) for name, (column, agg) in _GPU_ROLLUP.values.items()}
-    rows: Iterable[dict[str, Any]] = (
-        GpuSample.objects.filter(at__gte=window[0], at__lt=window[1])
-        .annotate(hour=TruncHour("at", tzinfo=UTC)).values("gpu_id", "hour").annotate(**aggregates).order_by())
+    # The aggregates' names are built, which the plugin's TypedDict rows cannot follow.
+    rows = cast(Iterable[dict[str, Any]], GpuSample.objects.filter(at__gte=window[0], at__lt=window[1])
+                .annotate(hour=TruncHour("at", tzinfo=UTC)).values("gpu_id", "hour").annotate(**aggregates).order_by())
     points = [GpuPoint(gpu_id=row["gpu_id"], at=row["hour"],
                        **{name: row[f"agg_{name}"] for name in _GPU_ROLLUP.values}) for row in rows]
     return _insert(GpuPoint, points)
