@@ -11,18 +11,8 @@ from django.utils import timezone
 
 from history.choices import Step
 from history.models import GpuPoint
-from history.services import history_record
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def recorded(busy_fleet: Any) -> Any:
-    """Three recorded minutes, the last one now."""
-    now = timezone.now()
-    for minutes_ago in (2, 1, 0):
-        history_record(now=now - timedelta(minutes=minutes_ago))
-    return busy_fleet
 
 
 def _chart(body: dict[str, Any], chart_id: str) -> dict[str, Any]:
