@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import models
 from django.utils import timezone
 
 BATCH = 5000
@@ -41,11 +42,11 @@ def seed_history(*, gpu_uuids: Iterable[str] = (), now: datetime | None = None) 
     rows = _gauge_rows(now)
     for gpu_id in Gpu.objects.filter(uuid__in=list(gpu_uuids)).values_list("pk", flat=True):
         rows += _gpu_rows(gpu_id, now)
-    by_model: dict[type, list[Any]] = {}
+    by_model: dict[type[models.Model], list[Any]] = {}
     for row in rows:
         by_model.setdefault(type(row), []).append(row)
     for model, batch in by_model.items():
-        model.objects.bulk_create(batch, batch_size=BATCH, ignore_conflicts=True)
+        model._default_manager.bulk_create(batch, batch_size=BATCH, ignore_conflicts=True)
     return len(rows)
 
 
