@@ -6,6 +6,11 @@ and 10,000 pending leases, logged in as a pool admin (who sees everything).
 Each page is rendered in this process through Django's test client (the server's work: queries,
 templates; no network, no browser), median of `--repeat` after one warm-up. The target is
 ≤ 300 ms a page; `/healthz` is the baseline measured in the same run.
+
+The history pages (pool, team, GPU, and their JSON) read a day of 1-minute points and 90 days of
+hourly points for the pool, its teams and its model, and 90 days of hourly telemetry for 100 GPUs
+(bench/history_seed.py); the minute's recording (`history_record`, the beat task's work) is timed
+on the same fleet.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _django
 
+HISTORY_PAGES = ["/pools/bench/", "/pools/bench/?range=90d", "/teams/team-0/", "/teams/team-0/?range=90d",
+                 "/gpus/{gpu}/?range=1h", "/gpus/{gpu}/?range=90d", "/api/v1/history/pools/bench?range=24h",
+                 "/api/v1/history/teams/team-0?range=90d"]
 PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?state=free&sort=free",
          "/fleet/?q=node-1", "/queue/", "/leases/", "/capacity/"]
 
@@ -61,7 +69,34 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {hosts}, gpus_per_ho
     assert (held, waiting) == (hosts * 2, pending), (held, waiting)
 
 
-def measure(repeat: int) -> dict[str, float]:
+def build_history() -> str:
+    """History for the fleet built; returns the UUID of a GPU that has 90 days of it."""
+    from bench.history_seed import seed_history
+    from inventory.models import Gpu
+
+    uuids = list(Gpu.objects.order_by("pk").values_list("uuid", flat=True)[:100])
+    seed_history(gpu_uuids=uuids)
+    return uuids[0]
+
+
+def measure_record(repeat: int) -> float:
+    """Median seconds of one minute's recording (each run a new minute, so each one writes)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from history.services import history_record
+
+    now = timezone.now()
+    times = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        history_record(now=now + timedelta(minutes=i + 1))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(repeat: int, pages: list[str]) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -69,7 +104,7 @@ def measure(repeat: int) -> dict[str, float]:
     client = Client()
     client.force_login(admin)
     out = {}
-    for path in PAGES:
+    for path in pages:
         client.get(path)  # warm-up: templates compiled, caches filled
         times = []
         for _ in range(repeat):
@@ -92,11 +127,14 @@ def main() -> None:
     build(args.hosts, args.pending)
     print(f"fleet: {args.hosts} hosts, {args.hosts * 8} GPUs, {args.pending} pending on {vendor} "
           f"(built in {time.perf_counter() - started:.0f} s)")
-    times = measure(args.repeat)
+    gpu = build_history()
+    times = measure(args.repeat, PAGES + [page.format(gpu=gpu) for page in HISTORY_PAGES])
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")
-        print(f"{path:32s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+        print(f"{path[:40]:40s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+    record = measure_record(args.repeat)
+    print(f"{'history_record (one minute)':40s} {record * 1000:8.1f} ms  ({record / base:6.0f}x healthz)")
 
 
 if __name__ == "__main__":
