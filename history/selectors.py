@@ -39,17 +39,18 @@ def window_for(range_name: str, *, now: datetime | None = None, step: int | None
     return Window(chosen, step or chosen.step, end - timedelta(seconds=chosen.seconds), end)
 
 
-def _summary(values: list[float | None]) -> dict[str, float | None]:
+def summary_of(values: list[float | None]) -> dict[str, float | None]:
     known = [v for v in values if v is not None]
     if not known:
         return {"latest": None, "mean": None, "peak": None}
     return {"latest": known[-1], "mean": sum(known) / len(known), "peak": max(known)}
 
 
-def _chart(chart_id: str, title: str, unit: str, at: list[datetime],
-           series: list[tuple[str, str, list[float | None]]]) -> Chart:
+def chart_json(chart_id: str, title: str, unit: str, at: list[datetime],
+               series: list[tuple[str, str, list[float | None]]]) -> Chart:
+    """One chart as history.js draws it: timestamps, and per series its values and summary."""
     return {"id": chart_id, "title": title, "unit": unit, "at": [t.isoformat() for t in at],
-            "series": [{"key": key, "label": label, "values": values, "summary": _summary(values)}
+            "series": [{"key": key, "label": label, "values": values, "summary": summary_of(values)}
                        for key, label, values in series]}
 
 
@@ -77,12 +78,12 @@ def pool_history(pool: Pool, window: Window) -> History:
         models[model][at] = util
     per_model = [(f"model:{m}", m, [models[m].get(t) for t in c["at"]]) for m in sorted(models)]
     return _history(window, [
-        _chart("utilisation", "GPU utilisation", "%", c["at"],
+        chart_json("utilisation", "GPU utilisation", "%", c["at"],
                [("util_pct", "Pool mean", c["util_pct"]), *per_model]),
-        _chart("allocation", "Allocated vs free", "GPUs", c["at"],
+        chart_json("allocation", "Allocated vs free", "GPUs", c["at"],
                [("allocated", "Allocated", c["allocated"]), ("free", "Free", c["free"]),
                 ("capacity", "Capacity", c["capacity"])]),
-        _chart("queue", "Queue", "leases", c["at"],
+        chart_json("queue", "Queue", "leases", c["at"],
                [("queue_length", "Pending leases", c["queue_length"]),
                 ("pending_gpus", "GPUs asked for", c["pending_gpus"])]),
     ])
@@ -104,10 +105,10 @@ def team_history(team: Team, window: Window) -> History:
     charts = []
     for pool_name, pool_rows in by_pool.items():
         c = _columns(pool_rows, _TEAM_COLUMNS)
-        charts.append(_chart(f"quota-{pool_name}", f"{pool_name}: held vs guarantee and limit", "GPUs", c["at"],
+        charts.append(chart_json(f"quota-{pool_name}", f"{pool_name}: held vs guarantee and limit", "GPUs", c["at"],
                              [("held", "Held", c["held"]), ("guaranteed", "Guaranteed", c["guaranteed"]),
                               ("limit", "Limit", c["limit"]), ("borrowed", "Borrowed", c["borrowed"])]))
-        charts.append(_chart(f"wait-{pool_name}", f"{pool_name}: waiting time", "min", c["at"],
+        charts.append(chart_json(f"wait-{pool_name}", f"{pool_name}: waiting time", "min", c["at"],
                              [("wait_s", "Mean wait", _minutes(c["wait_s"])),
                               ("wait_max_s", "Longest wait", _minutes(c["wait_max_s"]))]))
     return _history(window, charts)
@@ -145,6 +146,6 @@ def gpu_history(gpu: Gpu, window: Window) -> History:
         names = ("at", "util_pct", "memory_used_mb", "temperature_c", "power_w")
     rows = list(source.filter(at__gte=window.start, at__lte=window.end).order_by("at").values_list(*names))
     at = [row[0] for row in rows]
-    charts = [_chart(key.split("_")[0], label, unit, at, [(key, label, [row[i + 1] for row in rows])])
+    charts = [chart_json(key.split("_")[0], label, unit, at, [(key, label, [row[i + 1] for row in rows])])
               for i, (key, label, unit) in enumerate(_GPU_SERIES)]
     return _history(window, charts)

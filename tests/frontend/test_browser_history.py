@@ -1,7 +1,7 @@
 """The history pages in Chromium with a 2,000-host fleet (16,000 GPUs) and 90 days of history:
 each chart is drawn (its first series' colour is on the canvas, read back as pixels), the range
 links redraw by clicks (fewer points for 1 hour, hourly points for 90 days), at 1280 and 390 px;
-screenshots in test-artifacts/screenshots/history-*.png."""
+the overview's chart survives its HTMX refresh; screenshots in test-artifacts/screenshots/history-*.png."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.frontend.browser import WIDTHS, launch, log_in, needs_chromium, shoot
+from tests.frontend.browser import WIDTHS, launch, log_in, needs_chromium, series_pixels, shoot
 from tests.frontend.seed import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
@@ -24,21 +24,6 @@ quotas:
 priority_classes: [{name: default, value: 0}]
 sources: [{name: sim, kind: simulated, pool: big, hosts: 2000, gpus_per_host: 8}]
 """
-
-# Pixels of a chart's first series colour: its line, not only its 12 px legend box.
-DRAWN = """(id) => {
-  const canvas = document.querySelector(`[data-chart-id="${id}"] canvas`);
-  const chart = Chart.getChart(canvas);
-  const hex = chart.data.datasets[0].borderColor;
-  const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
-  const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
-  let n = 0;
-  for (let i = 0; i < px.length; i += 4) {
-    if (px[i + 3] > 200 && rgb.every((v, k) => Math.abs(px[i + k] - v) < 40)) n++;
-  }
-  return {pixels: n, points: chart.data.datasets[0].data.length, width: canvas.clientWidth};
-}"""
-
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
@@ -73,8 +58,10 @@ def big_fleet(apply_yaml: Any, make_user: Any, fast_passwords: None) -> str:
 
 
 def _drawn(page: Any, chart_id: str) -> dict[str, int]:
-    result: dict[str, int] = page.evaluate(DRAWN, chart_id)
-    return result
+    """What the chart shows: pixels of its first series, its points, its width on screen."""
+    canvas = page.locator(f'[data-chart-id="{chart_id}"] canvas')
+    points, width = canvas.evaluate("(c) => [Chart.getChart(c).data.datasets[0].data.length, c.clientWidth]")
+    return {"pixels": series_pixels(canvas), "points": points, "width": width}
 
 
 def _pick(page: Any, range_name: str, label: str) -> None:
@@ -112,5 +99,13 @@ def test_history_pages_draw_their_charts_and_switch_ranges_by_clicks(live_server
         narrow = _drawn(page, chart_id)
         assert narrow["width"] < phone[0] and narrow["pixels"] > 150, (name, narrow)
         page.set_viewport_size({"width": WIDTHS["desktop"][0], "height": WIDTHS["desktop"][1]})
+    # The overview's utilisation chart is Chart.js too, redrawn when HTMX swaps the live part in
+    # (every 5 s) without leaving the old charts behind.
+    page.goto(live_server.url + "/")
+    chart = page.locator("section.pool-card canvas[data-sparkline]")
+    assert series_pixels(chart) > 100
+    page.evaluate("""() => new Promise((done) => document.addEventListener("htmx:afterSettle", done, {once: true}))""")
+    assert series_pixels(page.locator("section.pool-card canvas[data-sparkline]")) > 100
+    assert page.evaluate("Object.keys(Chart.instances).length") == 1
     page.close()
     assert not errors, f"JavaScript errors: {errors}"

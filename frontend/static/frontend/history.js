@@ -1,6 +1,7 @@
-// History charts: draws the charts of the embedded history JSON (history.selectors) with Chart.js,
-// and when a range is picked fetches the same JSON from the API and redraws in place. The range
-// links work without this file (a page load); the text summaries are in the HTML either way.
+// Charts, drawn with Chart.js from the JSON of history.selectors: the history pages' charts (when a
+// range is picked, the same JSON is fetched from the API and the charts redrawn in place), and the
+// overview's small utilisation charts (`canvas[data-sparkline]`, redrawn when HTMX swaps them).
+// The range links work without this file (a page load); the text summaries are in the HTML.
 (function () {
   "use strict";
   if (!window.Chart) return;
@@ -36,6 +37,14 @@
     var iso = new Date(ms).toISOString();
     if (span <= 2 * 86400000) return iso.slice(11, 16);
     return iso.slice(5, 10) + (span <= 8 * 86400000 ? " " + iso.slice(11, 13) + "h" : "");
+  }
+
+  // A sparkline: the overview's small chart, 0–100 %, its time axis written under it in HTML.
+  function compact(options) {
+    options.scales.x.display = false;
+    options.scales.y = { min: 0, max: 100, ticks: { maxTicksLimit: 3, callback: function (v) { return v + "%"; } } };
+    options.plugins.legend = { display: false };
+    return options;
   }
 
   function config(chart, history) {
@@ -122,10 +131,7 @@
   // range change take the same path).
   function render(section, history) {
     var holder = section.querySelector("[data-history-charts]");
-    holder.querySelectorAll("canvas").forEach(function (canvas) {
-      var old = window.Chart.getChart(canvas);
-      if (old) old.destroy();
-    });
+    destroyIn(holder);
     holder.replaceChildren();
     if (!history.charts.length) {
       holder.appendChild(el("div", "card empty", "No history in this range yet: points are recorded once a minute."));
@@ -173,6 +179,32 @@
     });
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  function destroyIn(root) {
+    root.querySelectorAll("canvas").forEach(function (canvas) {
+      var old = window.Chart.getChart(canvas);
+      if (old) old.destroy();
+    });
+  }
+
+  function drawSparklines() {
+    document.querySelectorAll("canvas[data-sparkline]").forEach(function (canvas) {
+      if (window.Chart.getChart(canvas)) return;
+      var history = JSON.parse(canvas.dataset.chart);
+      var spec = config(history.charts[0], history);
+      spec.options = compact(spec.options);
+      new window.Chart(canvas, spec);
+    });
+  }
+
+  // HTMX replaces the overview every few seconds: free the old charts, draw the new ones.
+  document.addEventListener("htmx:beforeSwap", function (event) { destroyIn(event.detail.target); });
+  document.addEventListener("htmx:afterSettle", drawSparklines);
+
+  function ready() {
+    start();
+    drawSparklines();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready);
+  else ready();
 })();
