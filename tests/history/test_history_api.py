@@ -40,9 +40,20 @@ def test_a_pools_history_has_utilisation_per_model_allocation_and_queue(recorded
 
 
 def test_long_ranges_read_hourly_points(recorded: Any, api: Any, make_user: Any) -> None:
+    from datetime import datetime
+
+    from history.models import PoolPoint
+
+    training = recorded.pools["training"]
+    PoolPoint.objects.create(pool=training, step=Step.HOUR, at=timezone.now() - timedelta(days=3, minutes=5),
+                             capacity=32, allocated=20, free=12, pending_gpus=0, queue_length=0, queue_length_max=0)
     body = api(make_user("alice")).get("/api/v1/history/pools/training?range=7d").json()
     assert body["step_s"] == Step.HOUR
-    assert _chart(body, "allocation")["at"] == []  # no hour has finished yet
+    at = _chart(body, "allocation")["at"]
+    # Hourly points only (the one made here, and any hour the recordings rolled up), none of the minutes.
+    assert len(at) == PoolPoint.objects.filter(pool=training, step=Step.HOUR).count() >= 1
+    assert _series(_chart(body, "allocation"), "allocated")["values"][0] == 20
+    assert datetime.fromisoformat(at[0]) < timezone.now() - timedelta(days=2)
 
 
 def test_a_teams_history_is_held_against_guarantee_and_limit_with_waiting_time(recorded: Any, api: Any,

@@ -78,3 +78,12 @@ def test_recording_the_same_minute_again_adds_nothing_and_keeps_the_first_values
     assert set(PoolPoint.objects.values_list("util_pct", flat=True)) == {50.0}
     history_record(now=NOW.replace(minute=18))
     assert PoolPoint.objects.count() == 2 * counts[0]
+
+
+def test_the_beat_task_records_the_minute(busy_fleet: Any) -> None:
+    from history.tasks import record_history
+    from pool.celery import app
+
+    assert app.conf.beat_schedule["record-history"]["task"] == record_history.name == "history.record"
+    record_history.apply()  # in this process, through the project's task wrapper
+    assert PoolPoint.objects.filter(step=Step.MINUTE).count() == 2
