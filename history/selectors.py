@@ -40,10 +40,17 @@ def window_for(range_name: str, *, now: datetime | None = None, step: int | None
 
 
 def summary_of(values: list[float | None]) -> dict[str, float | None]:
+    """Latest, mean and peak of the known values (None where there are none), rounded as they
+    are read: whole numbers from 100 up, one decimal below."""
     known = [v for v in values if v is not None]
     if not known:
         return {"latest": None, "mean": None, "peak": None}
-    return {"latest": known[-1], "mean": sum(known) / len(known), "peak": max(known)}
+    return {"latest": _readable(known[-1]), "mean": _readable(sum(known) / len(known)),
+            "peak": _readable(max(known))}
+
+
+def _readable(value: float) -> float:
+    return float(round(value)) if abs(value) >= 100 else round(value, 1)
 
 
 def chart_json(chart_id: str, title: str, unit: str, at: list[datetime],
