@@ -96,6 +96,31 @@ def measure_record(repeat: int) -> float:
     return statistics.median(times)
 
 
+def measure_gpu_hour() -> tuple[float, int] | None:
+    """Seconds to roll one hour of every GPU's minute samples (60 a GPU) up into hourly points, the
+    heaviest tick of the hour; with the points made. PostgreSQL only (the samples are made in SQL)."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from history.models import GpuPoint
+    from history.services import floor, gpu_history_roll_up
+
+    if connection.vendor != "postgresql":
+        return None
+    now = timezone.now()
+    hour = floor(now, 3600) - timedelta(hours=1)
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO inventory_gpusample (gpu_id, at, utilization_pct, memory_used_mb, temperature_c,"
+                    " power_w) SELECT g.id, %s + m * interval '1 minute', random() * 100, 1000, 50, 300"
+                    " FROM inventory_gpu g CROSS JOIN generate_series(0, 59) m", [hour])
+    GpuPoint.objects.filter(at__gte=hour).delete()
+    start = time.perf_counter()
+    gpu_history_roll_up(now=now)
+    return time.perf_counter() - start, GpuPoint.objects.filter(at=hour).count()
+
+
 def measure(repeat: int, pages: list[str]) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -135,6 +160,10 @@ def main() -> None:
         print(f"{path[:40]:40s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
     record = measure_record(args.repeat)
     print(f"{'history_record (one minute)':40s} {record * 1000:8.1f} ms  ({record / base:6.0f}x healthz)")
+    rolled = measure_gpu_hour()
+    if rolled is not None:
+        print(f"{'per-GPU hour roll-up (60 samples a GPU)':40s} {rolled[0] * 1000:8.1f} ms  "
+              f"({rolled[0] / base:6.0f}x healthz), {rolled[1]} GPU points")
 
 
 if __name__ == "__main__":

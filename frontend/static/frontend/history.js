@@ -59,6 +59,7 @@
           return {
             label: s.label, borderColor: color, backgroundColor: color, borderWidth: 2,
             borderDash: DASHED[s.key] || [], pointRadius: xs.length <= 3 ? 3 : 0, tension: 0,
+            order: DASHED[s.key] ? -1 : 0,  // references (guarantee, limit) are drawn over the data
             spanGaps: false,  // a gap in the data is a gap in the line, not a guess
             data: xs.map(function (x, j) { return { x: x, y: s.values[j] }; })
           };
@@ -76,7 +77,8 @@
                title: { display: true, text: chart.unit } }
         },
         plugins: {
-          legend: { position: "bottom", labels: { boxWidth: 12 } },
+          // In the series' own order, whatever order they are drawn in.
+          legend: { position: "bottom", labels: { boxWidth: 12, sort: function (a, b) { return a.datasetIndex - b.datasetIndex; } } },
           tooltip: {
             callbacks: {
               title: function (items) {
