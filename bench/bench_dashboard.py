@@ -10,6 +10,11 @@ again; `--profile PATH` prints the 25 costliest functions of one request to PATH
 Each page is rendered in this process through Django's test client (the server's work: queries,
 templates; no network, no browser), median of `--repeat` after one warm-up. The target is
 ≤ 300 ms a page; `/healthz` is the baseline measured in the same run.
+
+The history pages (pool, team, GPU, and their JSON) read a day of 1-minute points and 90 days of
+hourly points for the pool, its teams and its model, and 90 days of hourly telemetry for 100 GPUs
+(bench/history_seed.py); the minute's recording (`history_record`, the beat task's work) is timed
+on the same fleet.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _django
 
+HISTORY_PAGES = ["/pools/bench/", "/pools/bench/?range=90d", "/teams/team-0/", "/teams/team-0/?range=90d",
+                 "/gpus/{gpu}/?range=1h", "/gpus/{gpu}/?range=90d", "/api/v1/history/pools/bench?range=24h",
+                 "/api/v1/history/teams/team-0?range=90d"]
 # Every list page: its first page, a deep page, and filters that touch every row.
 PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?state=free&sort=free",
          "/fleet/?q=node-1", "/queue/", "/queue/?page=150", "/queue/?team=team-3&sort=size&q=bench",
@@ -122,7 +130,59 @@ def profile(path: str, only: str) -> None:
             out.write(f"==== {page}\n{text.getvalue()}\n")
 
 
-def measure(repeat: int, only: str = "") -> dict[str, float]:
+def build_history() -> str:
+    """History for the fleet built; returns the UUID of a GPU that has 90 days of it."""
+    from bench.history_seed import seed_history
+    from inventory.models import Gpu
+
+    uuids = list(Gpu.objects.order_by("pk").values_list("uuid", flat=True)[:100])
+    seed_history(gpu_uuids=uuids)
+    return uuids[0]
+
+
+def measure_record(repeat: int) -> float:
+    """Median seconds of one minute's recording (each run a new minute, so each one writes)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from history.services import history_record
+
+    now = timezone.now()
+    times = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        history_record(now=now + timedelta(minutes=i + 1))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_gpu_hour() -> tuple[float, int] | None:
+    """Seconds to roll one hour of every GPU's minute samples (60 a GPU) up into hourly points, the
+    heaviest tick of the hour; with the points made. PostgreSQL only (the samples are made in SQL)."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from history.models import GpuPoint
+    from history.services import floor, gpu_history_roll_up
+
+    if connection.vendor != "postgresql":
+        return None
+    now = timezone.now()
+    hour = floor(now, 3600) - timedelta(hours=1)
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO inventory_gpusample (gpu_id, at, utilization_pct, memory_used_mb, temperature_c,"
+                    " power_w) SELECT g.id, %s + m * interval '1 minute', random() * 100, 1000, 50, 300"
+                    " FROM inventory_gpu g CROSS JOIN generate_series(0, 59) m", [hour])
+    GpuPoint.objects.filter(at__gte=hour).delete()
+    start = time.perf_counter()
+    gpu_history_roll_up(now=now)
+    return time.perf_counter() - start, GpuPoint.objects.filter(at=hour).count()
+
+
+def measure(repeat: int, pages: list[str], only: str = "") -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
@@ -130,7 +190,7 @@ def measure(repeat: int, only: str = "") -> dict[str, float]:
     client = Client()
     client.force_login(admin)
     out = {}
-    for path in PAGES:
+    for path in pages:
         if only and only not in path and path != "/healthz":
             continue
         client.get(path)  # warm-up: templates compiled, caches filled
@@ -165,11 +225,18 @@ def main() -> None:
           f"(built in {time.perf_counter() - started:.0f} s)")
     if args.profile:
         profile(args.profile, args.only)
-    times = measure(args.repeat, args.only)
+    gpu = build_history()
+    times = measure(args.repeat, PAGES + [page.format(gpu=gpu) for page in HISTORY_PAGES], args.only)
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")
         print(f"{path:44s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+    record = measure_record(args.repeat)
+    print(f"{'history_record (one minute)':44s} {record * 1000:8.1f} ms  ({record / base:6.0f}x healthz)")
+    rolled = measure_gpu_hour()
+    if rolled is not None:
+        print(f"{'per-GPU hour roll-up (60 samples a GPU)':44s} {rolled[0] * 1000:8.1f} ms  "
+              f"({rolled[0] / base:6.0f}x healthz), {rolled[1]} GPU points")
 
 
 if __name__ == "__main__":

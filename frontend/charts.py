@@ -1,28 +1,35 @@
-"""Server-side SVG charts: the geometry of a small line chart, rendered by a template.
-
-Drawing on the server keeps the dashboard free of a JavaScript chart library, makes the chart
-part of the HTML that HTMX swaps, and lets tests assert on numbers rather than pixels.
+"""The overview's utilisation chart: its points and its text summary. The browser draws it with
+Chart.js (frontend/static/frontend/history.js), as it draws the history pages' charts, from the
+same JSON shape (`history.selectors.chart_json`); the summary is the accessible name and the
+caption, so the numbers are in the HTML whether or not the canvas is drawn.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+
+from history.selectors import chart_json
 
 
 @dataclass(frozen=True)
 class LineChart:
-    width: int
-    height: int
-    line: str  # SVG path "M x y L x y …", one sub-path per run of known values
-    area: str  # the same runs closed down to the x axis
-    gridlines: tuple[tuple[float, str], ...]  # (y, label)
-    start_label: str
-    end_label: str
+    start: datetime
+    end: datetime
+    points: tuple[tuple[datetime, float | None], ...]
     latest: float | None
     mean: float | None
     peak: float | None
     empty: bool
+
+    @property
+    def start_label(self) -> str:
+        return f"{self.start:%H:%M}"
+
+    @property
+    def end_label(self) -> str:
+        return f"{self.end:%H:%M}"
 
     @property
     def summary(self) -> str:
@@ -32,38 +39,19 @@ class LineChart:
         return (f"latest {self.latest:.0f} %, mean {self.mean:.0f} %, peak {self.peak:.0f} % "
                 f"between {self.start_label} and {self.end_label} UTC")
 
+    def as_json(self, title: str = "Mean GPU utilisation") -> str:
+        """The chart as history.js draws it (a history of one chart), for a `data-chart` attribute."""
+        chart = chart_json("utilisation", title, "%", [at for at, _ in self.points],
+                           [("util_pct", "Mean", [value for _, value in self.points])])
+        return json.dumps({"start": self.start.isoformat(), "end": self.end.isoformat(), "charts": [chart]})
 
-def line_chart(points: list[tuple[datetime, float | None]], *, start: datetime, end: datetime,
-               width: int = 560, height: int = 120, y_max: float = 100.0) -> LineChart:
-    """Lay out `points` (time, value in 0..y_max; None is a gap) between `start` and `end`.
 
-    An empty list gives an empty chart (`empty=True`) with its axes, never an error."""
-    pad_top, pad_bottom = 6, 4
-    span = max((end - start).total_seconds(), 1.0)
-    plot_h = height - pad_top - pad_bottom
+def line_chart(points: list[tuple[datetime, float | None]], *, start: datetime, end: datetime) -> LineChart:
+    """`points` (time, value in 0..100; None is a gap, drawn as a break) between `start` and `end`.
 
-    def xy(at: datetime, value: float) -> tuple[float, float]:
-        x = (at - start).total_seconds() / span * width
-        y = pad_top + plot_h * (1 - max(0.0, min(value, y_max)) / y_max)
-        return round(x, 1), round(y, 1)
-
-    runs: list[list[tuple[float, float]]] = [[]]
-    for at, value in points:
-        if value is None:
-            if runs[-1]:
-                runs.append([])
-            continue
-        runs[-1].append(xy(at, value))
-    runs = [r for r in runs if r]
-    base = pad_top + plot_h
-    line = " ".join("M " + " L ".join(f"{x} {y}" for x, y in run) for run in runs)
-    area = " ".join(f"M {run[0][0]} {base} L " + " L ".join(f"{x} {y}" for x, y in run)
-                    + f" L {run[-1][0]} {base} Z" for run in runs)
+    An empty list gives an empty chart (`empty=True`), never an error."""
     values = [v for _, v in points if v is not None]
-    grid = tuple((round(pad_top + plot_h * (1 - f), 1), f"{f * y_max:.0f}%") for f in (0.0, 0.5, 1.0))
-    return LineChart(
-        width=width, height=height, line=line, area=area, gridlines=grid,
-        start_label=f"{start:%H:%M}", end_label=f"{end:%H:%M}",
-        latest=values[-1] if values else None,
-        mean=sum(values) / len(values) if values else None,
-        peak=max(values) if values else None, empty=not values)
+    return LineChart(start=start, end=end, points=tuple(points),
+                     latest=values[-1] if values else None,
+                     mean=sum(values) / len(values) if values else None,
+                     peak=max(values) if values else None, empty=not values)

@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
 from frontend import views
 
@@ -23,6 +23,10 @@ urlpatterns = [
     path("leases/<uuid:lease_id>/renew/", views.lease_renew_view, name="lease-renew"),
     path("audit/", views.audit, name="audit"),
     path("capacity/", views.capacity, name="capacity"),
+    path("pools/<slug:name>/", views.pool_history_page, name="pool-history"),
+    path("teams/<slug:name>/", views.team_history_page, name="team-history"),
+    # A GPU's UUID may hold slashes (old MIG device names: MIG-GPU-…/1/0).
+    re_path(r"^gpus/(?P<uuid>.+)/$", views.gpu_history_page, name="gpu-history"),
     path("capacity/preview/", views.capacity_preview_view, name="capacity-preview"),
     path("capacity/confirm/", views.capacity_confirm_view, name="capacity-confirm"),
 ]

@@ -15,7 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
 app = Celery("gpupool")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["inventory", "allocation"])
+app.autodiscover_tasks(["inventory", "allocation", "history"])
 
 
 def _beat_schedule() -> dict[str, dict[str, object]]:
@@ -42,6 +42,10 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # every SAMPLE_INTERVAL_S, so checking more often would see nothing new.
         "idle-reclaim": {"task": "allocation.idle_reclaim", "schedule": sample_s,
                          "options": {"expires": sample_s}},
+        # The time series store: this minute's points, finished hours rolled up, old ones pruned
+        # (a second run in the same minute adds nothing).
+        "record-history": {"task": "history.record", "schedule": 60.0,
+                           "options": {"expires": 60.0}},
         # Fans out one discovery task per source whose own interval has elapsed.
         "discover-due-sources": {"task": "inventory.discover_due_sources", "schedule": 5.0,
                                  "options": {"expires": 5.0}},

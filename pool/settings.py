@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "core",
     "inventory",
     "allocation",
+    "history",
     "frontend",
 ]
 
@@ -203,6 +204,8 @@ class GpupoolSettings(TypedDict):
     OBSERVE_INTERVAL_S: int
     SAMPLE_INTERVAL_S: int
     TELEMETRY_HISTORY: int
+    HISTORY_MINUTE_HOURS: int
+    HISTORY_HOUR_DAYS: int
     POLICY: str
     PREPARED_STATEMENTS: bool
 
@@ -225,6 +228,10 @@ GPUPOOL: GpupoolSettings = {
     # TELEMETRY_HISTORY samples (the latest value is always on the GPU row).
     "SAMPLE_INTERVAL_S": env_int("GPUPOOL_SAMPLE_INTERVAL_S", 60),
     "TELEMETRY_HISTORY": env_int("GPUPOOL_TELEMETRY_HISTORY", 240),
+    # The time series store (history/): 1-minute points kept this many hours, hourly points
+    # (and per-GPU hourly telemetry) this many days.
+    "HISTORY_MINUTE_HOURS": env_int("GPUPOOL_HISTORY_MINUTE_HOURS", 24),
+    "HISTORY_HOUR_DAYS": env_int("GPUPOOL_HISTORY_HOUR_DAYS", 90),
     "POLICY": env_str("GPUPOOL_POLICY", "fair"),
     # Hot lease statements as server-side prepared statements (allocation/sql.py); set 0 behind a
     # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.

@@ -1,5 +1,5 @@
 """The layers of the code, checked on the import statements themselves (STYLE: dependencies point
-down). From the bottom: core → inventory → allocation → frontend, with the pure policy free of
+down). From the bottom: core → inventory → allocation → history → frontend, with the pure policy free of
 Django and the connectors free of the database; pool/ is the roof that wires them together."""
 
 from __future__ import annotations
@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT = {"core", "pool", "agents", "inventory", "allocation", "frontend", "gpupool_cli"}
+PROJECT = {"core", "pool", "agents", "inventory", "allocation", "history", "frontend", "gpupool_cli"}
 
 # package -> project packages (or package prefixes) it must never import
 FORBIDDEN = {
     "core": PROJECT - {"core"},
     "agents": PROJECT - {"agents", "core"},
-    "inventory": {"allocation", "frontend", "pool", "gpupool_cli"},
-    "allocation": {"frontend", "pool", "gpupool_cli"},
+    "inventory": {"allocation", "history", "frontend", "pool", "gpupool_cli"},
+    "allocation": {"history", "frontend", "pool", "gpupool_cli"},
+    # The time series store reads inventory and allocation; the dashboard reads it.
+    "history": {"frontend", "pool", "gpupool_cli"},
     "frontend": {"pool", "gpupool_cli"},
     "gpupool_cli": PROJECT - {"gpupool_cli"},
     "allocation/policy": (PROJECT - {"allocation"}) | {"django", "rest_framework", "celery",

@@ -1,5 +1,6 @@
 """The REST API's routes, all under /api/v1/ (mounted by pool.urls)."""
 
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from allocation.api.audit import AuditEventViewSet
@@ -29,4 +30,4 @@ router.register("leases", LeaseViewSet, basename="lease")
 router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("audit-events", AuditEventViewSet, basename="auditevent")
 
-urlpatterns = router.urls
+urlpatterns = [path("history/", include("history.api.urls")), *router.urls]

@@ -78,3 +78,21 @@ def test_two_passes_over_one_pool_grant_each_gpu_once(fleet: Any, leases: Any) -
     assert AuditEvent.objects.filter(action="lease.granted").count() == 8
     assert Lease.objects.filter(state="pending").count() == 4
     assert ledger_check().ok
+
+
+def test_two_history_recordings_of_one_minute_write_each_point_once(fleet: Any, leases: Any) -> None:
+    from history.models import ModelPoint, PoolPoint, TeamPoolPoint
+    from history.services import history_record
+
+    pool = fleet(hosts=2)
+    leases(pool, 6, gpus=2)
+    leases(pool, 1, gpus=8, team="b")
+    run_pass([pool.pk])
+    now = timezone.now().replace(minute=0, second=30)  # the hour before is rolled up by both
+    _twice(lambda: history_record(now=now - timedelta(minutes=1)))
+    reports = _twice(lambda: history_record(now=now))
+    assert reports[0].minute == reports[1].minute
+    assert PoolPoint.objects.filter(step=60).count() == 4  # two minutes of the two pools
+    assert PoolPoint.objects.filter(step=3600).count() == 2
+    assert TeamPoolPoint.objects.filter(step=60, at=reports[0].minute).count() == 2
+    assert ModelPoint.objects.filter(step=3600).count() == 2

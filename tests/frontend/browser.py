@@ -58,3 +58,21 @@ def log_in(page: Any, base: str, username: str, password: str) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{base}/")
+
+
+# Pixels of a Chart.js canvas in its first series' colour: its line, beyond the 12 px legend box.
+_SERIES_PIXELS = """(canvas) => {
+  const hex = Chart.getChart(canvas).data.datasets[0].borderColor;
+  const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const px = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let n = 0;
+  for (let i = 0; i < px.length; i += 4) {
+    if (px[i + 3] > 200 && rgb.every((v, k) => Math.abs(px[i + k] - v) < 40)) n++;
+  }
+  return n;
+}"""
+
+
+def series_pixels(canvas: Any) -> int:
+    """How many pixels of the chart on `canvas` (a Playwright locator) show its first series."""
+    return int(canvas.evaluate(_SERIES_PIXELS))

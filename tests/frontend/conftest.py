@@ -54,3 +54,13 @@ def page(browser: Any) -> Iterator[Any]:
     yield page
     page.close()
     assert not errors, f"JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def recorded(demo_fleet: Any, make_user: Any) -> Any:
+    """The busy demo fleet of the history tests with three minutes of history recorded."""
+    from tests.history.busy import busy_fleet, record_minutes
+
+    busy = busy_fleet(make_user)
+    record_minutes(3)
+    return busy

@@ -12,7 +12,7 @@ import requests
 from allocation.engine import run_pass
 from allocation.services.leases import lease_create
 from inventory.models import Gpu, Host
-from tests.frontend.browser import log_in, needs_chromium, shoot
+from tests.frontend.browser import log_in, needs_chromium, series_pixels, shoot
 from tests.frontend.seed import PASSWORD
 from tests.support.tokens import api_key
 
@@ -76,7 +76,10 @@ def test_member_sees_their_teams_and_numbers_match_the_api(live_server: Any, see
     training = page.locator("section.pool-card", has=page.get_by_role("heading", name="training"))
     assert training.locator('[data-stat="capacity"]').inner_text() == "32"
     assert training.locator('[data-stat="allocated"]').inner_text() == "24"
-    assert training.locator("svg[role=img]").get_attribute("aria-label").startswith("Mean GPU utilisation: latest")
+    chart = training.locator("canvas[role=img]")
+    assert chart.get_attribute("aria-label").startswith("Mean GPU utilisation: latest")
+    # Chart.js drew it: the line's colour is on the canvas.
+    assert series_pixels(chart) > 100
     shoot(page, shots, "overview-member")
 
     page.goto(f"{base}/queue/")

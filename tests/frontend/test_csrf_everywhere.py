@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 # A sample value per URL converter argument; CSRF is checked before the view runs, so an id that
 # names nothing must still be refused with 403, not 404.
 ARGS = {"quota_id": 1, "team_name": "nlp", "host_id": 1, "verb": "cordon", "reservation_id": 1,
-        "lease_id": uuid.uuid4()}
+        "lease_id": uuid.uuid4(), "name": "training", "uuid": "GPU-0"}
 
 
 def dashboard_routes() -> list[str]:

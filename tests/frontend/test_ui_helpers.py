@@ -1,7 +1,8 @@
-"""Pure helpers of the dashboard: the SVG chart layout and the formatting filters."""
+"""Pure helpers of the dashboard: the overview chart's data and summary, and the formatting filters."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -11,20 +12,24 @@ from frontend.templatetags.gpupool_ui import duration, gib, memory_use, short_mo
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def test_a_chart_spans_its_window_and_breaks_at_gaps() -> None:
+def test_a_chart_spans_its_window_and_keeps_its_gaps_for_chartjs() -> None:
     points = [(T0, 0.0), (T0 + timedelta(minutes=30), 100.0), (T0 + timedelta(minutes=45), None),
               (T0 + timedelta(minutes=60), 50.0)]
-    chart = line_chart(points, start=T0, end=T0 + timedelta(minutes=60), width=600, height=110)
-    assert chart.line == "M 0.0 106.0 L 300.0 6.0 M 600.0 56.0"  # two runs: the gap is not bridged
-    assert chart.area.count("Z") == 2
+    chart = line_chart(points, start=T0, end=T0 + timedelta(minutes=60))
     assert (chart.latest, chart.mean, chart.peak) == (50.0, 50.0, 100.0)
     assert chart.summary == "latest 50 %, mean 50 %, peak 100 % between 12:00 and 13:00 UTC"
+    drawn = json.loads(chart.as_json())
+    assert (drawn["start"], drawn["end"]) == (T0.isoformat(), (T0 + timedelta(hours=1)).isoformat())
+    series = drawn["charts"][0]["series"][0]
+    assert series["values"] == [0.0, 100.0, None, 50.0]  # the gap stays a gap: history.js does not bridge it
+    assert series["summary"] == {"latest": 50.0, "mean": 50.0, "peak": 100.0}
+    assert len(drawn["charts"][0]["at"]) == 4
 
 
 def test_an_empty_chart_says_so() -> None:
     chart = line_chart([], start=T0, end=T0 + timedelta(hours=1))
-    assert chart.empty and chart.line == "" and chart.summary == "no utilisation samples yet"
-    assert [label for _, label in chart.gridlines] == ["0%", "50%", "100%"]
+    assert chart.empty and chart.summary == "no utilisation samples yet"
+    assert json.loads(chart.as_json())["charts"][0]["at"] == []
 
 
 def test_formatting_filters() -> None:
