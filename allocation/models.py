@@ -310,3 +310,8 @@ class Reservation(models.Model):
         if self.state == ReservationState.ACTIVE and self.end <= (now or timezone.now()):
             return ReservationState.ENDED
         return self.state
+
+
+# Metering, budgets and prices live in their own module; imported here so Django registers them.
+from allocation.models_usage import Budget, LeaseUsage, Price  # noqa: E402, F401
+
