@@ -52,7 +52,8 @@ class Budget(models.Model):
     or (pool null) all of them. The columns after `action` are the budget's standing, written by
     `allocation.services.budgets.budgets_refresh` (never by `apply`): usage in the period as of
     `used_as_of`, the GPU-equivalents the team held then (the lease-create check adds their hours
-    since), and the highest threshold (80, 100) already warned of in that period."""
+    since), and the highest threshold (80, 100) already warned of in the period starting
+    `warned_for`."""
 
     team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="budgets")
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets")
@@ -64,6 +65,7 @@ class Budget(models.Model):
     held_gpu_equiv = models.FloatField(default=0.0)
     used_as_of = models.DateTimeField(null=True, blank=True)
     warned_pct = models.PositiveSmallIntegerField(default=0)
+    warned_for = models.DateTimeField(null=True, blank=True, help_text="The period start `warned_pct` is of.")
 
     class Meta:
         ordering = ["team__name", "pool__name", "period"]

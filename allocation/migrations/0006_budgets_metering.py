@@ -62,6 +62,7 @@ class Migration(migrations.Migration):
                 ('held_gpu_equiv', models.FloatField(default=0.0)),
                 ('used_as_of', models.DateTimeField(blank=True, null=True)),
                 ('warned_pct', models.PositiveSmallIntegerField(default=0)),
+                ('warned_for', models.DateTimeField(blank=True, help_text='The period start `warned_pct` is of.', null=True)),
                 ('pool', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='budgets', to='inventory.pool')),
                 ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='budgets', to='allocation.team')),
             ],

@@ -26,8 +26,8 @@ def test_one_leased_gpu_counts_its_share_of_a_whole_gpu(model, profile, replicas
     assert gpu_equivalent(model, profile, replicas) == pytest.approx(expected)
 
 
-def _at(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def _at(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("period", "now", "start", "end"), [
