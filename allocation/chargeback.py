@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from allocation.models import Team
 from allocation.policy.metering import period_start
-from allocation.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_report
+from allocation.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_by_team_and_day, usage_report
 from core.errors import DomainError, Forbidden
 from core.roles import is_pool_admin
 from inventory.models import Pool
@@ -36,12 +36,12 @@ def _bad(field: str, message: str, code: str = "invalid") -> DomainError:
     return DomainError(f"{field}: {message}", code=code, details={field: [message]})
 
 
-def _window(query: UsageQuery, now: datetime) -> tuple[datetime, datetime]:
+def _window(query: UsageQuery, now: datetime, *, by_day: bool) -> tuple[datetime, datetime]:
     until = query.until or now
     since = query.since or period_start("month", min(until, now))
     if since >= until:
         raise _bad("since", f"must be before until ({until.isoformat()})", "invalid_window")
-    if query.group_by == "day" and until - since > timedelta(days=MAX_DAYS):
+    if by_day and until - since > timedelta(days=MAX_DAYS):
         raise _bad("until", f"a report by day covers at most {MAX_DAYS} days", "window_too_long")
     return since, until
 
@@ -73,10 +73,20 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
     if query.group_by not in GROUP_BY:
         raise _bad("group_by", f"must be one of {', '.join(GROUP_BY)}, got {query.group_by!r}")
     now = now or timezone.now()
-    since, until = _window(query, now)
+    since, until = _window(query, now, by_day=query.group_by == "day")
     team_ids, pool_id = _scope(user, query.team, query.pool)
     return usage_report(since=since, until=until, group_by=query.group_by, team_ids=team_ids,
                         pool_id=pool_id, now=now)
+
+
+def chargeback_by_day(*, user: Any, query: UsageQuery, now: datetime | None = None,
+                      ) -> tuple[list[str], dict[str, list[float]]]:
+    """The days of the query's window and each visible team's GPU-hours per day (the dashboard's
+    chart); the same checks and scope as `chargeback`, the window at most MAX_DAYS days."""
+    now = now or timezone.now()
+    since, until = _window(query, now, by_day=True)
+    team_ids, pool_id = _scope(user, query.team, query.pool)
+    return usage_by_team_and_day(since=since, until=until, team_ids=team_ids, pool_id=pool_id, now=now)
 
 
 def report_json(report: UsageReport) -> dict[str, Any]:

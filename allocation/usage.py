@@ -155,3 +155,20 @@ def usage_by_team_and_pool(since: datetime, team_ids: Sequence[int], *, now: dat
     rows = _aggregate([(since, now)], ["team_id", "pool_id"], now=now, team_ids=team_ids, pool_id=None)
     return {(team, pool): (float(seconds or 0.0) / 3600.0, float(held or 0.0))
             for team, pool, seconds, held in rows}
+
+
+def usage_by_team_and_day(*, since: datetime, until: datetime, team_ids: Sequence[int] | None = None,
+                          pool_id: int | None = None, now: datetime,
+                          ) -> tuple[list[str], dict[str, list[float]]]:
+    """The UTC days of [since, until) (YYYY-MM-DD) and each team's GPU-hours on each of them (teams
+    without usage left out), for the dashboard's chart: one query. The window must be at most
+    MAX_DAYS long (ValueError)."""
+    buckets = day_buckets(since, until)
+    if len(buckets) > MAX_DAYS:
+        raise ValueError(f"at most {MAX_DAYS} days")
+    days = [b0.date().isoformat() for b0, _ in buckets]
+    series: dict[str, list[float]] = {}
+    for index, team, seconds, _ in (_aggregate(buckets, ["day", "team"], now=now, team_ids=team_ids,
+                                               pool_id=pool_id) if buckets else []):
+        series.setdefault(team, [0.0] * len(days))[int(index)] = round(float(seconds or 0.0) / 3600.0, 4)
+    return days, dict(sorted(series.items()))

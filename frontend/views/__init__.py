@@ -12,9 +12,10 @@ from frontend.views.leases import (
 )
 from frontend.views.overview import overview
 from frontend.views.quotas import quota_edit, quotas, team_weight
+from frontend.views.usage import usage, usage_csv
 
 __all__ = [
     "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "host_action", "lease_detail",
     "lease_release_view", "lease_renew_view", "leases", "overview", "queue", "quota_edit", "quotas",
-    "reservation_cancel_view", "team_weight",
+    "reservation_cancel_view", "team_weight", "usage", "usage_csv",
 ]
