@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from allocation.config import ConfigError, parse_config
 from allocation.config.specs import BudgetSpec, PriceSpec
 from allocation.models import Budget, Price
+from tests.config.applying import apply_file as _apply
 
 FILE = """\
 pools: [{name: train}, {name: infer}]
@@ -25,14 +26,6 @@ prices:
   - {model: H100, per_gpu_hour: 2.5}
   - {model: "NVIDIA A100-SXM4-80GB", per_gpu_hour: 1.1}
 """
-
-
-def _apply(tmp_path: Path, text: str, *args: str) -> str:
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    out = StringIO()
-    call_command("apply", "-f", str(path), *args, stdout=out)
-    return out.getvalue()
 
 
 def test_budgets_and_prices_are_parsed_into_the_specs() -> None:
