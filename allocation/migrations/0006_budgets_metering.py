@@ -67,7 +67,7 @@ class Migration(migrations.Migration):
                 ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='budgets', to='allocation.team')),
             ],
             options={
-                'ordering': ['team__name', 'pool__name', 'period'],
+                'ordering': ['team__name', models.OrderBy(models.F('pool__name'), nulls_first=True), 'period'],
                 'constraints': [models.CheckConstraint(condition=models.Q(('gpu_hours__gt', 0)), name='budget_gpu_hours_positive'), models.UniqueConstraint(condition=models.Q(('pool__isnull', False)), fields=('team', 'pool', 'period'), name='budget_unique_team_pool_period'), models.UniqueConstraint(condition=models.Q(('pool__isnull', True)), fields=('team', 'period'), name='budget_unique_team_period_all_pools')],
             },
         ),

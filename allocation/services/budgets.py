@@ -40,7 +40,7 @@ def _view(row: Sequence[Any]) -> BudgetView:
 def budget_views(*, team_ids: Iterable[int] | None = None) -> list[BudgetView]:
     """Every budget (or those of `team_ids`) with its stored standing, in one query."""
     rows = Budget.objects.all() if team_ids is None else Budget.objects.filter(team_id__in=list(team_ids))
-    return [_view(r) for r in rows.order_by("team__name", "pool__name", "period").values_list(*_VIEW_FIELDS)]
+    return [_view(r) for r in rows.values_list(*_VIEW_FIELDS)]
 
 
 def budget_statuses(*, team_ids: Iterable[int] | None = None, now: datetime | None = None) -> list[BudgetStatus]:

@@ -75,9 +75,9 @@ def test_apply_is_idempotent_and_export_round_trips(tmp_path: Path) -> None:
     exported = yaml.safe_load(out.getvalue())
     assert exported["budgets"] == [
         {"team": "nlp", "gpu_hours": 5000, "period": "quarter", "action": "warn"},
-        {"team": "vision", "pool": "train", "gpu_hours": 200.5, "period": "week", "action": "lower_priority"},
         {"team": "vision", "gpu_hours": 1000, "period": "month", "action": "block_new"},
-    ]  # by team, then pool (all pools last)
+        {"team": "vision", "pool": "train", "gpu_hours": 200.5, "period": "week", "action": "lower_priority"},
+    ]  # by team, then pool (all pools first)
     assert exported["prices"] == [{"model": "H100", "per_gpu_hour": 2.5},
                                   {"model": "NVIDIA A100-SXM4-80GB", "per_gpu_hour": 1.1}]
     assert _apply(tmp_path, out.getvalue()).strip().endswith("no change")
