@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -78,3 +78,22 @@ def test_two_passes_over_one_pool_grant_each_gpu_once(fleet: Any, leases: Any) -
     assert AuditEvent.objects.filter(action="lease.granted").count() == 8
     assert Lease.objects.filter(state="pending").count() == 4
     assert ledger_check().ok
+
+
+def test_two_budget_refreshes_warn_of_each_threshold_once(fleet: Any, leases: Any, apply_yaml: Any) -> None:
+    from allocation.models import Budget, LeaseUsage
+    from allocation.services.budgets import budgets_refresh
+
+    pool = fleet(hosts=1)
+    leases(pool, 2, gpus=4)
+    run_pass([pool.pk])
+    apply_yaml("budgets: [{team: a, gpu_hours: 10, period: month}, {team: a, pool: gpus, gpu_hours: 10, "
+               "period: week}]\n", discover=False)
+    now = datetime(2026, 11, 18, 12, tzinfo=UTC)  # mid-week, mid-month: both periods hold the 2 h
+    LeaseUsage.objects.update(started_at=now - timedelta(hours=2))  # 8 GPUs × 2 h: 160% of both
+    for _ in range(3):
+        counts = _twice(lambda: budgets_refresh(now=now))
+        assert sum(c["budgets"] for c in counts) == 4
+    warnings = AuditEvent.objects.filter(action="budget.warning")
+    assert sorted((e.data["period"], e.data["threshold_pct"]) for e in warnings) == [("month", 100), ("week", 100)]
+    assert set(Budget.objects.values_list("warned_pct", flat=True)) == {100}
