@@ -145,16 +145,17 @@ def test_the_command_refuses_bad_input_in_words(people) -> None:
 
 
 def test_the_team_api_shows_each_budget_with_its_use_and_warning(people, apply_yaml) -> None:
-    apply_yaml("budgets: [{team: a, gpu_hours: 30, period: month, action: lower_priority}]\n", discover=False)
+    apply_yaml("budgets: [{team: a, gpu_hours: 1, period: month, action: lower_priority}]\n", discover=False)
     ann = people["ann"]
     lease = ann.post("/api/v1/leases/", {"pool": "gpus", "gpus": 2}, format="json").json()
     run_pass()
+    LeaseUsage.objects.exclude(lease_id=lease["id"]).delete()  # the fixture's November hours
     now = datetime.now(UTC)
-    LeaseUsage.objects.filter(lease_id=lease["id"]).update(started_at=now - timedelta(hours=4))
-    budgets_refresh(now=now)  # 22 GPU-hours on 10 and 11 November, 8 since
+    LeaseUsage.objects.filter(lease_id=lease["id"]).update(started_at=now - timedelta(minutes=24))
+    budgets_refresh(now=now)  # 2 GPUs × 24 minutes: 0.8 GPU-hours
     [budget] = ann.get("/api/v1/teams/a/").json()["budgets"]
-    assert budget["gpu_hours"] == 30 and budget["pool"] is None and budget["action"] == "lower_priority"
-    assert budget["used_gpu_hours"] == pytest.approx(30.0, abs=0.05) and budget["used_pct"] >= 99.5
-    assert budget["warning"].startswith(("100% of budget: team a used", "80% of budget: team a used"))
+    assert budget["gpu_hours"] == 1 and budget["pool"] is None and budget["action"] == "lower_priority"
+    assert budget["used_gpu_hours"] == pytest.approx(0.8, abs=0.01) and 80 <= budget["used_pct"] < 82
+    assert budget["warning"].startswith("80% of budget: team a used 0.8 of 1 GPU-hours of its monthly budget")
     assert ann.get("/api/v1/teams/a/").json()["budgets"][0]["resets_at"].startswith(
         f"{now.year + (now.month == 12)}-{now.month % 12 + 1:02d}-01")

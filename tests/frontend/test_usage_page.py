@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from allocation.models import LeaseUsage
 from allocation.services.budgets import budgets_refresh
@@ -82,6 +83,9 @@ def test_bad_dates_are_refused_in_words(metered: Any, client_for: Any) -> None:
 
 def test_budgets_show_their_use_and_warning(metered: Any, client_for: Any, apply_yaml: Any) -> None:
     apply_yaml("budgets: [{team: vision, gpu_hours: 1, period: month, action: block_new}]\n", discover=False)
+    # vision's 8 GPUs held for the last half hour: 4 GPU-hours this month, whatever the date.
+    LeaseUsage.objects.filter(lease=metered.leases["vision"]).update(
+        started_at=timezone.now() - timedelta(minutes=30), ended_at=None)
     budgets_refresh()
     html = client_for(metered.users["alice"]).get("/usage/").content.decode()
     assert 'class="budget spent" data-team="vision"' in html
