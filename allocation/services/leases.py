@@ -138,7 +138,9 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     The new lease comes back with its team, user, pool and priority class set (names only), so
     it renders without a query. On PostgreSQL the whole request costs two queries: one resolves
     what it names, one writes the lease and its audit event (the unique constraint on
-    (user, Idempotency-Key) decides a replay, not a prior read)."""
+    (user, Idempotency-Key) decides a replay, not a prior read); a third for a team with a
+    GPU-hour budget, which may refuse the lease (Forbidden `budget_exhausted`) or give it the
+    lowest priority class, saying why in its reason (allocation.services.budgets.budget_judge)."""
     pool_name = pool if isinstance(pool, str) else pool.name
     request = {"pool": pool_name, "gpus": gpus, "team": team, "priority_class": priority_class,
                "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
