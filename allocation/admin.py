@@ -14,8 +14,11 @@ from django.http import HttpRequest
 from allocation.leases import audit
 from allocation.models import (
     AuditEvent,
+    Budget,
     Lease,
     LeaseGpu,
+    LeaseUsage,
+    Price,
     PriorityClass,
     Quota,
     SchedulerSettings,
@@ -182,3 +185,30 @@ class SchedulerSettingsAdmin(AuditedAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(Budget)
+class BudgetAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """Budgets come from the configuration (`apply`); their standing from the meter."""
+
+    list_display = ["team", "pool", "period", "gpu_hours", "action", "used_gpu_hours", "used_as_of", "warned_pct"]
+    list_filter = ["period", "action"]
+    list_select_related = ["team", "pool"]
+    search_fields = ["team__name", "pool__name"]
+
+
+@admin.register(Price)
+class PriceAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    list_display = ["model", "per_gpu_hour"]
+    search_fields = ["model"]
+
+
+@admin.register(LeaseUsage)
+class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin):
+    """The GPU-hour meter: one row per grant, written by the engine and the lease state machine."""
+
+    list_display = ["lease", "team", "pool", "model", "gpu_equiv", "started_at", "ended_at"]
+    list_filter = ["pool", "team"]
+    list_select_related = ["lease", "team", "pool"]
+    search_fields = ["lease__id", "team__name", "model"]
+    date_hierarchy = "started_at"

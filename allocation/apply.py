@@ -11,12 +11,21 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
+from allocation.apply_budgets import (
+    apply_budgets,
+    apply_prices,
+    export_budgets,
+    export_prices,
+    prune_budgets_and_prices,
+)
 from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
 from allocation.config.idle import idle_reclaim_export
 from allocation.leases import audit
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
 from allocation.policy.idle import IdleReclaim
+from allocation.services.budgets import budgets_refresh
 from inventory.models import Pool, Source
 from inventory.secrets import source_secrets_open, source_secrets_seal, source_secrets_split
 
@@ -44,6 +53,11 @@ def _check_references(cfg: Config) -> None:
     for s in cfg.sources:
         if s.pool not in pools:
             errors.append(f"source {s.name}: pool {s.pool!r} is not defined")
+    for b in cfg.budgets:
+        if b.team not in teams:
+            errors.append(f"{b.label}: team {b.team!r} is not defined")
+        if b.pool is not None and b.pool not in pools:
+            errors.append(f"{b.label}: pool {b.pool!r} is not defined")
     if errors:
         raise ConfigError(errors)
 
@@ -61,8 +75,13 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
         _apply_priority_classes(cfg, changes)
         _apply_scheduler(cfg, changes)
         _apply_sources(cfg, pools, changes)
+        budgets_changed = apply_budgets(cfg, teams, pools, changes)
+        apply_prices(cfg, changes)
         if prune:
             changes.extend(_prune(cfg))
+            changes.extend(prune_budgets_and_prices(cfg))
+        if budgets_changed:
+            budgets_refresh(now=timezone.now())  # the new limits' standing, at once
         if changes:
             audit(actor=actor, action="config.apply", obj="config", message="\n".join(changes),
                   data={"changes": changes}).save()
@@ -247,6 +266,8 @@ def config_export() -> dict[str, Any]:
     data["sources"] = [{"name": s.name, "kind": s.kind, "pool": s.pool.name,
                         "interval_s": s.interval_s, **s.config}
                        for s in Source.objects.select_related("pool")]
+    data["budgets"] = export_budgets()
+    data["prices"] = export_prices()
     for weight_holder in data["teams"]:
         if float(weight_holder["weight"]).is_integer():
             weight_holder["weight"] = int(weight_holder["weight"])

@@ -34,3 +34,19 @@ class ReservationState(models.TextChoices):
     ACTIVE = "active", "Active"
     CANCELLED = "cancelled", "Cancelled"
     ENDED = "ended", "Ended"
+
+
+class BudgetPeriod(models.TextChoices):
+    """Calendar periods in UTC (allocation.policy.metering.period_start)."""
+
+    WEEK = "week", "ISO week (from Monday)"
+    MONTH = "month", "Calendar month"
+    QUARTER = "quarter", "Calendar quarter"
+
+
+class BudgetAction(models.TextChoices):
+    """What a spent budget does to the team's new leases (it warns at 80% and 100% whatever)."""
+
+    WARN = "warn", "Warn only"
+    BLOCK_NEW = "block_new", "Refuse new leases"
+    LOWER_PRIORITY = "lower_priority", "Demote new leases to the lowest priority class"

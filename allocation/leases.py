@@ -143,11 +143,12 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
     On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
-    freed links and GPUs) is one statement."""
+    GPU-hour meter, the freed links and GPUs) is one statement."""
     now = now or timezone.now()
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce)
     from allocation.ledger import ledger_close, ledger_close_sql
+    from allocation.metering import meter_close, meter_close_sql
 
     if one_statement_writes():
         if not hold:
@@ -156,6 +157,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
         if lease.granted_at is not None:
             ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
                                                     granted_at=lease.granted_at, ended_at=now)))
+            ctes.append(("meter", meter_close_sql(lease.pk, now)))
         if not hold:
             ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
         execute_as_one(ctes)
@@ -163,6 +165,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     if lease.granted_at is not None:
         ledger_close(team_id=lease.team_id, gpus=lease.gpu_count, granted_at=lease.granted_at,
                      ended_at=now)
+        meter_close([lease.pk], now)
     lease.save()
     event.save()
     if not hold:
@@ -178,8 +181,9 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
                now: datetime, fields: Sequence[str] = (), announce: bool = True) -> int:
     """`lease_end` for many leases (instances, locked by the caller) in a constant number of
     statements: one UPDATE of the lease rows (END_FIELDS plus the caller's own `fields`), one
-    INSERT of the audit events, the ledger, and one release of every GPU no workload holds.
-    Returns how many leases kept their GPUs (a workload still running). Nothing for none."""
+    INSERT of the audit events, the ledger, one UPDATE closing their meters, and one release of
+    every GPU no workload holds. Returns how many leases kept their GPUs (a workload still
+    running). Nothing for none."""
     if not leases:
         return 0
     events, free, kept = [], [], 0
@@ -191,9 +195,11 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
         if not hold:
             free.append(lease.pk)
     from allocation.ledger import ledger_close_many
+    from allocation.metering import meter_close
 
     ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, now)
                       for lease in leases if lease.granted_at is not None)
+    meter_close([lease.pk for lease in leases if lease.granted_at is not None], now)
     bulk_update_fast(Lease, leases, [*END_FIELDS, *fields])
     bulk_audit(events)
     if free:

@@ -11,6 +11,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from allocation.choices import BindingKind, LeaseState, ReservationState
+from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
 from inventory.models import Gpu, Host, Pool
 
@@ -55,6 +56,7 @@ class Team(models.Model):
     decayed_usage_gpu_hours: float
     gpus_held: int
     n_members: int
+    budget_standing: list[BudgetStatus]  # set by the team API (`budgets` is the relation)
 
     class Meta:
         ordering = ["name"]
@@ -310,3 +312,8 @@ class Reservation(models.Model):
         if self.state == ReservationState.ACTIVE and self.end <= (now or timezone.now()):
             return ReservationState.ENDED
         return self.state
+
+
+# Metering, budgets and prices live in their own module; imported here so Django registers them.
+from allocation.models_usage import Budget, LeaseUsage, Price  # noqa: E402, F401
+

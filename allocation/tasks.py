@@ -9,6 +9,7 @@ from allocation.binding import TransientBindError, bindings_observe, lease_bind,
 from allocation.engine import run_pass
 from allocation.leases import audit
 from allocation.ledger_check import ledger_check
+from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
 from allocation.services.leases import leases_reap
 from core.tasks import final_attempt, gpupool_task
@@ -34,6 +35,13 @@ def idle_reclaim() -> None:
     counts = leases_idle_check()
     if any(counts.values()):
         logger.info("idle reclaim: warned %(warned)d, cleared %(cleared)d, reclaimed %(reclaimed)d", counts)
+
+
+@gpupool_task(name="allocation.refresh_budgets")
+def refresh_budgets() -> None:
+    counts = budgets_refresh()
+    if counts["warned"]:
+        logger.info("budgets: %(budgets)d measured, %(warned)d warnings", counts)
 
 
 @gpupool_task(name="allocation.observe_bindings", soft_time_limit=240, time_limit=270)

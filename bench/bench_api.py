@@ -11,7 +11,8 @@ What it does, bounded in time and on loopback only:
      and a lease rate limit high enough not to throttle the load (GPUPOOL_LEASE_RATE);
   3. closed-loop phases with wrk (a C load generator in its own process, see bench/wrk_api.lua):
      GET /healthz (the baseline: one DB round trip, no auth, no ORM), POST leases/ + POST
-     leases/{id}/release/ round trips, GET leases/{id}/, GET leases/?limit=100, GET gpus/?limit=100,
+     leases/{id}/release/ round trips (by a team without a GPU-hour budget, then by one with a
+     budget, whose requests pay the budget check), GET leases/{id}/, GET leases/?limit=100, GET gpus/?limit=100,
      GET pools/;
   4. open-loop phases at a fixed rate (bench/pace.py, its own asyncio process): /healthz and lease
      round trips at `--rate` requests per second, for latency at a given load;
@@ -56,23 +57,30 @@ LEASE_BODY = '{"pool": "bench", "gpus": 1}'
 
 def _config(hosts: int, users: int) -> str:
     names = ", ".join(f"bench{i}" for i in range(users))
+    capped = ", ".join(f"capped{i}" for i in range(users))
+    # Team `capped` has a GPU-hour budget that never runs out: its lease requests pay the budget
+    # check (one indexed query) and are measured beside those of `bench`, which has none.
     return f"""
 pools:
   - {{name: bench, description: "benchmark fleet"}}
 teams:
   - {{name: bench, members: [{names}]}}
+  - {{name: capped, members: [{capped}]}}
 quotas:
   - {{team: bench, pool: bench, guaranteed: 0, limit: null}}
+  - {{team: capped, pool: bench, guaranteed: 0, limit: null}}
 priority_classes:
   - {{name: default, value: 0}}
 sources:
   - {{name: sim, kind: simulated, pool: bench, hosts: {hosts}, gpus_per_host: 8}}
+budgets:
+  - {{team: capped, gpu_hours: 1000000000, period: month, action: block_new}}
 """
 
 
-def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list[str]]:
+def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """Migrate, apply and discover (subprocesses, like an operator would). Returns the users'
-    tokens and one pending lease per user (for the read phase)."""
+    tokens, one pending lease per user (for the read phase), and the tokens of team `capped`."""
     manage = [sys.executable, str(REPO / "manage.py")]
     started = time.perf_counter()
     subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True, timeout=300)
@@ -95,7 +103,8 @@ def _setup(hosts: int, users: int, env: dict[str, str]) -> tuple[list[str], list
     users_ = list(get_user_model().objects.filter(username__startswith="bench").order_by("username"))[:users]
     tokens = [token_issue(user=u, name="bench") for u in users_]
     leases = [str(lease_create(user=u, pool=pool, gpus=1)[0].pk) for u in users_]
-    return tokens, leases
+    capped = list(get_user_model().objects.filter(username__startswith="capped").order_by("username"))[:users]
+    return tokens, leases, [token_issue(user=u, name="bench") for u in capped]
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -180,7 +189,7 @@ def _pace(server: Server, args: argparse.Namespace, tokens: list[str], mode: str
             "errors": sum(raw["failures"].values()), "requests": raw["requests"]}
 
 
-def _sequential(base: str, token: str, lease_id: str, n: int = 30) -> dict[str, float]:
+def _sequential(base: str, token: str, lease_id: str, capped_token: str, n: int = 30) -> dict[str, float]:
     """Median latency of one client alone: the cost of a request without queueing."""
     session = requests.Session()
     session.headers["Authorization"] = f"Token {token}"
@@ -193,20 +202,21 @@ def _sequential(base: str, token: str, lease_id: str, n: int = 30) -> dict[str, 
             times.append((time.perf_counter() - t0) * 1000)
         return statistics.median(times)
 
-    def round_trip() -> None:
-        lease = session.post(f"{base}/api/v1/leases/", data=LEASE_BODY, timeout=30,
-                             headers={"Content-Type": "application/json"}).json()
-        session.post(f"{base}/api/v1/leases/{lease['id']}/release/", json={}, timeout=30)
+    def round_trip(token: str = token) -> None:
+        headers = {"Content-Type": "application/json", "Authorization": f"Token {token}"}
+        lease = session.post(f"{base}/api/v1/leases/", data=LEASE_BODY, timeout=30, headers=headers).json()
+        session.post(f"{base}/api/v1/leases/{lease['id']}/release/", json={}, timeout=30, headers=headers)
 
     out = {"GET /healthz": median(lambda: session.get(f"{base}/healthz", timeout=30)),
            "POST leases/ + release/": median(round_trip),
+           "the same, team with a budget": median(lambda: round_trip(capped_token)),
            "GET leases/{id}/": median(lambda: session.get(f"{base}/api/v1/leases/{lease_id}/", timeout=30)),
            "GET gpus/?limit=100": median(lambda: session.get(f"{base}/api/v1/gpus/?limit=100", timeout=30))}
     session.close()
     return out
 
 
-def _query_counts(token: str) -> dict[str, int]:
+def _query_counts(token: str, capped_token: str) -> dict[str, int]:
     """SQL queries per request, in-process through the same views (Django test client)."""
     from django.db import connection
     from django.test import Client
@@ -226,6 +236,10 @@ def _query_counts(token: str) -> dict[str, int]:
     created = count("POST leases/", lambda: client.post("/api/v1/leases/", LEASE_BODY,
                                                          content_type="application/json"))
     lease_id = created.json()["id"]
+    capped = Client(HTTP_AUTHORIZATION=f"Token {capped_token}")
+    capped.get("/api/v1/pools/")
+    count("POST leases/ (team with a budget)", lambda: capped.post("/api/v1/leases/", LEASE_BODY,
+                                                                   content_type="application/json"))
     count("GET leases/{id}/", lambda: client.get(f"/api/v1/leases/{lease_id}/"))
     count("POST leases/{id}/release/", lambda: client.post(f"/api/v1/leases/{lease_id}/release/", {},
                                                             content_type="application/json"))
@@ -237,7 +251,7 @@ def _query_counts(token: str) -> dict[str, int]:
 
 
 def _phases(server: Server, args: argparse.Namespace, env: dict[str, str], tokens: list[str],
-            leases: list[str]) -> dict[str, dict[str, Any]]:
+            leases: list[str], capped: list[str]) -> dict[str, dict[str, Any]]:
     """One pass over every phase; names map to {rate, p50, p99, errors, requests, client_cpu, server_cpu}."""
     wrk_env = {"BENCH_TOKENS": ",".join(tokens[:args.threads]), "BENCH_LEASES": ",".join(leases[:args.threads]),
                "BENCH_BODY": LEASE_BODY}
@@ -248,6 +262,8 @@ def _phases(server: Server, args: argparse.Namespace, env: dict[str, str], token
     plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("GET /healthz", get("/healthz")),
         ("POST leases/ + release/", lambda: _wrk(server, args, env, **wrk_env, BENCH_MODE="lease")),
+        ("  the same, with a budget", lambda: _wrk(server, args, env, **{
+            **wrk_env, "BENCH_TOKENS": ",".join(capped[:args.threads])}, BENCH_MODE="lease")),
         ("GET leases/{id}/", get("/api/v1/leases/{lease}/")),
         ("GET leases/?limit=100", get("/api/v1/leases/?limit=100")),
         ("GET gpus/?limit=100", get(*(f"/api/v1/gpus/?limit=100&offset={i * 1000}" for i in range(16)))),
@@ -322,7 +338,7 @@ def main() -> int:
     import django
 
     django.setup()
-    tokens, leases = _setup(args.hosts, max(args.users, args.threads), env)
+    tokens, leases, capped = _setup(args.hosts, max(args.users, args.threads), env)
     from django.db import connections
 
     connections.close_all()
@@ -334,14 +350,14 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         runs = []
         for i in range(args.repeat):
-            runs.append(_phases(server, args, env, tokens, leases))
+            runs.append(_phases(server, args, env, tokens, leases, capped))
             print(f"run {i + 1}/{args.repeat}: " + ", ".join(f"{n} {r['rate']:.0f}/s p99 {r['p99']:.0f} ms"
                                                              for n, r in runs[-1].items()), flush=True)
         load_after = os.getloadavg()[0]
-        solo = _sequential(server.base, tokens[0], leases[0])
+        solo = _sequential(server.base, tokens[0], leases[0], capped[0])
     finally:
         server.stop()
-    counts = _query_counts(tokens[0])
+    counts = _query_counts(tokens[0], capped[0])
     connections.close_all()
     _stack.drop_database(db_url)
     _report(runs, args, solo, counts, (load_before, load_after))

@@ -64,12 +64,20 @@ def token_issue(*, user: Any, name: str = "", scope: str = TokenScope.WRITE,
         raise DomainError(f"name is longer than {MAX_NAME_LEN} characters", details={"name": ["too long"]})
     if expires_in is not None and expires_in <= timedelta(0):
         raise DomainError("expires_in must be positive", details={"expires_in": ["must be positive"]})
-    key = secrets.token_urlsafe(32)
+    key = _new_key()
     now = timezone.now()
     ApiToken.objects.create(user=user, name=name, prefix=key[:PREFIX_LEN], digest=token_digest(key),
                             scope=scope, created_at=now,
                             expires_at=now + expires_in if expires_in is not None else None)
     logger.info("API token %s… (%s) issued to user %s", key[:PREFIX_LEN], scope, user.pk)
+    return key
+
+
+def _new_key() -> str:
+    """32 random bytes, URL-safe. Never one starting with "-": `gpupool login --token -x…` and
+    `manage.py` commands would read it as an option (1 key in 64 did, failing CLI runs at random)."""
+    while (key := secrets.token_urlsafe(32)).startswith("-"):
+        pass
     return key
 
 

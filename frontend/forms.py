@@ -69,3 +69,20 @@ class CapacityForm(forms.Form):
         if not data.get("hosts") and not data.get("gpus"):
             raise forms.ValidationError("Pick at least one host or GPU to move.", code="empty")
         return data
+
+
+class UsageForm(forms.Form):
+    """The usage page's window (whole UTC days, both ends included) and filters."""
+
+    team = forms.ChoiceField(required=False)
+    pool = forms.ChoiceField(required=False)
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    group_by = forms.ChoiceField(required=False, label="Table by",
+                                 choices=[("team", "Team"), ("pool", "Pool"), ("model", "Model"),
+                                          ("user", "User"), ("day", "Day")])
+
+    def __init__(self, *args: Any, teams: list[str], pools: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cast(forms.ChoiceField, self.fields["team"]).choices = [("", "All teams"), *((t, t) for t in teams)]
+        cast(forms.ChoiceField, self.fields["pool"]).choices = [("", "Any pool"), *((p, p) for p in pools)]

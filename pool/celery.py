@@ -46,6 +46,11 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # (a second run in the same minute adds nothing).
         "record-history": {"task": "history.record", "schedule": 60.0,
                            "options": {"expires": 60.0}},
+        # GPU-hour budgets: their standing from the meter, and the 80%/100% warnings. Lease
+        # creation judges by this figure (plus the hours of the GPUs held since), so a minute is
+        # the most a budget's view of ended or new grants lags.
+        "refresh-budgets": {"task": "allocation.refresh_budgets", "schedule": 60.0,
+                            "options": {"expires": 60.0}},
         # Fans out one discovery task per source whose own interval has elapsed.
         "discover-due-sources": {"task": "inventory.discover_due_sources", "schedule": 5.0,
                                  "options": {"expires": 5.0}},

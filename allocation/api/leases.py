@@ -87,7 +87,11 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
                    responses={201: LeaseSerializer, 200: LeaseSerializer},
                    description="Creates a pending lease; a scheduling pass grants it. Answers 200 with the "
                                "first lease for a repeated Idempotency-Key and body, 409 for a reused key "
-                               "with another body, 400 when no capacity could ever satisfy it.",
+                               "with another body, 400 when no capacity could ever satisfy it, 403 "
+                               "`budget_exhausted` when a spent `block_new` GPU-hour budget of the team "
+                               "refuses it (`details`: the budget, `used_gpu_hours`, `gpu_hours`, "
+                               "`resets_at`); a spent `lower_priority` budget gives it the lowest priority "
+                               "class instead, and its `reason` says so.",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
                                                 description="Same key + same body returns the same lease.")])
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

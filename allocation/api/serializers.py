@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, PriorityClass, Quota, Team
+from allocation.policy.budgets import THRESHOLDS, BudgetStatus
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -184,6 +185,30 @@ class LeaseSerializer(serializers.ModelSerializer):
                 "status": lease.binding_status or {"state": "waiting for grant"}}
 
 
+class BudgetStatusSerializer(serializers.Serializer):
+    """A budget and its use in the current period (read by the team API and the dashboard)."""
+
+    pool = serializers.CharField(source="budget.pool", allow_null=True, help_text="Pool; null: all pools.")
+    period = serializers.CharField(source="budget.period", help_text="week, month or quarter (UTC).")
+    action = serializers.CharField(source="budget.action", help_text="warn, block_new or lower_priority.")
+    gpu_hours = serializers.FloatField(source="budget.gpu_hours", help_text="The budget, GPU-hours per period.")
+    used_gpu_hours = serializers.SerializerMethodField(help_text="Used this period, GPU-hours.")
+    used_pct = serializers.SerializerMethodField(help_text="Used this period, percent of the budget.")
+    period_start = serializers.DateTimeField(help_text="Start of the current period.")
+    resets_at = serializers.DateTimeField(help_text="When the period ends and the budget resets.")
+    warning = serializers.SerializerMethodField(help_text="Past 80% or 100%: the warning in words; else empty.")
+
+    def get_used_gpu_hours(self, obj: BudgetStatus) -> float:
+        return round(obj.used_gpu_hours, 4)
+
+    def get_used_pct(self, obj: BudgetStatus) -> float:
+        return round(obj.pct, 1)
+
+    def get_warning(self, obj: BudgetStatus) -> str:
+        reached = [t for t in THRESHOLDS if obj.pct >= t]
+        return f"{max(reached)}% of budget: {obj.describe()}" if reached else ""
+
+
 class TeamSerializer(serializers.ModelSerializer):
     members: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", many=True, read_only=True, help_text="User names of the members.")
@@ -192,10 +217,12 @@ class TeamSerializer(serializers.ModelSerializer):
                                         help_text="Decayed GPU-hours ÷ weight; lower is served first.")
     decayed_usage_gpu_hours = serializers.FloatField(read_only=True,
                                                      help_text="Usage with the configured half-life, GPU-hours.")
+    budgets = BudgetStatusSerializer(source="budget_standing", many=True, read_only=True,
+                                     help_text="The team's GPU-hour budgets and their use this period.")
 
     class Meta:
         model = Team
-        fields = ["id", "name", "weight", "members", "gpus_held", "decayed_usage_gpu_hours", "fair_share"]
+        fields = ["id", "name", "weight", "members", "gpus_held", "decayed_usage_gpu_hours", "fair_share", "budgets"]
         extra_kwargs = {"id": {"help_text": "Numeric id."}, "name": {"help_text": "Team name."},
                         "weight": {"help_text": "Fair-share weight (2 = twice the share of 1)."}}
 

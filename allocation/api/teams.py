@@ -19,8 +19,10 @@ from allocation.api.serializers import (
 )
 from allocation.filtersets import QuotaFilterSet
 from allocation.models import PriorityClass, Quota, Team
+from allocation.policy.budgets import BudgetStatus
 from allocation.selectors import fair_share_standing, quota_list, team_gpus_held, team_list
 from allocation.services.admin import quota_set
+from allocation.services.budgets import budget_statuses
 from core.api.permissions import IsPoolAdmin, is_pool_admin
 from core.api.viewsets import ReadOnlyViewSet
 
@@ -39,10 +41,15 @@ class TeamViewSet(ReadOnlyViewSet):
 
     @staticmethod
     def _decorate(teams: list[Team]) -> list[Team]:
-        """Sets usage and fair share on each team: two queries for the page, not two per team."""
+        """Sets usage, fair share and budgets on each team: three queries for the page, not three
+        per team."""
         standing = fair_share_standing()
         held = team_gpus_held([t.pk for t in teams])
+        budgets: dict[str, list[BudgetStatus]] = {}
+        for status in budget_statuses(team_ids=[t.pk for t in teams]):
+            budgets.setdefault(status.budget.team, []).append(status)
         for team in teams:
+            team.budget_standing = budgets.get(team.name, [])
             row = standing.get(team.name, {})
             team.fair_share = row.get("fair_share", 0.0)
             team.decayed_usage_gpu_hours = row.get("decayed_gpu_hours", 0.0)

@@ -9,6 +9,7 @@ from typing import Any
 
 from agents.base import AgentError
 from agents.registry import connector_class
+from allocation.config.budgets import check_budget, check_price
 from allocation.config.idle import check_idle_reclaim
 from allocation.config.positions import Checker
 from allocation.config.specs import (
@@ -183,4 +184,6 @@ SECTIONS: tuple[tuple[str, Check], ...] = (
     ("quotas", _check_quota),
     ("priority_classes", _check_priority_class),
     ("sources", _check_source),
+    ("budgets", check_budget),
+    ("prices", check_price),
 )

@@ -72,6 +72,29 @@ class SourceSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class BudgetSpec:
+    """`budgets[]`: `gpu_hours` per calendar `period` for `team` in `pool` (None: all pools)."""
+
+    team: str
+    pool: str | None
+    gpu_hours: float
+    period: str
+    action: str = "warn"
+
+    @property
+    def label(self) -> str:
+        return f"budget {self.team}@{self.pool or '*'}/{self.period}"
+
+
+@dataclass(frozen=True)
+class PriceSpec:
+    """`prices[]`: the cost of one GPU-hour of the GPUs whose model `model` names."""
+
+    model: str
+    per_gpu_hour: float
+
+
 @dataclass
 class Config:
     pools: list[PoolSpec] = field(default_factory=list)
@@ -80,3 +103,5 @@ class Config:
     priority_classes: list[PriorityClassSpec] = field(default_factory=list)
     scheduler: SchedulerSpec | None = None
     sources: list[SourceSpec] = field(default_factory=list)
+    budgets: list[BudgetSpec] = field(default_factory=list)
+    prices: list[PriceSpec] = field(default_factory=list)

@@ -20,7 +20,7 @@ from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
 from allocation.leases import AuditRow, leases_end, transition_row
-from allocation.models import Lease, LeaseGpu, PoolScheduling
+from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
 from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
 from inventory.choices import GpuState
@@ -75,6 +75,7 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
         same={"state": S.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
         only_if={"state": S.PENDING})
     links: tuple[list[str], list[int]] = ([], [])
+    meters: list[tuple[str, int, str, float]] = []
     for grant, reason, expires_at in zip(grants, reasons, expires, strict=True):
         if grant.lease_id not in claimed:  # cancelled since the snapshot: it gets nothing
             continue
@@ -88,11 +89,23 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
                                         row.min_runtime_s, expires_at.timestamp(), False))
         links[0].extend([grant.lease_id] * len(grant.gpu_ids))
         links[1].extend(grant.gpu_ids)
+        meters.append(_meter(grant, row.team_id, read.gpu_meter))
         if row.has_binding:
             step.to_bind.append(grant.lease_id)
     bulk_insert_columns(LeaseGpu, ["lease", "gpu", "active"], [links[0], links[1], [True] * len(links[1])])
     # Granted GPUs were schedulable (present, healthy, on a ready host): they are now leased.
     bulk_set(Gpu, links[1], leased=True, state=GpuState.LEASED)
+    # The meter starts with the grant, in the same transaction (allocation.models_usage).
+    lease_ids, teams, models, equivs = (list(c) for c in zip(*meters, strict=True)) if meters else ([], [], [], [])
+    bulk_insert_columns(LeaseUsage, ["lease", "team", "pool", "model", "gpu_equiv", "started_at"],
+                        [lease_ids, teams, [pool.pk] * len(meters), models, equivs, [now] * len(meters)])
+
+
+def _meter(grant: Grant, team_id: int, gpu_meter: dict[int, tuple[str, float]]) -> tuple[str, int, str, float]:
+    """(lease id, team id, model, GPU-equivalents) of a grant; a GPU the read did not weigh
+    counts as a whole one."""
+    kinds = [gpu_meter.get(gpu_id, ("", 1.0)) for gpu_id in grant.gpu_ids]
+    return grant.lease_id, team_id, kinds[0][0], sum(weight for _, weight in kinds)
 
 
 def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> None:
@@ -134,7 +147,8 @@ def after(read: PoolRead, step: Step) -> PoolRead:
                for r in read.snapshot.running if r.lease_id not in step.freed]
     snapshot = replace(read.snapshot, running=(*running, *step.started),
                        pending=tuple(p for p in read.snapshot.pending if p.lease_id not in granted))
-    return PoolRead(snapshot, {k: v for k, v in read.pending.items() if k not in granted}, read.gpu_host)
+    return PoolRead(snapshot, {k: v for k, v in read.pending.items() if k not in granted}, read.gpu_host,
+                    read.gpu_meter)
 
 
 def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> int:

@@ -29,6 +29,7 @@ from django.db import connection
 from allocation.choices import END_STATES, LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import PoolScheduling, Reservation, SchedulerSettings
+from allocation.policy.metering import gpu_equivalent
 from allocation.policy.types import (
     GpuView,
     PoolView,
@@ -133,11 +134,13 @@ class PendingRow(NamedTuple):
 @dataclass
 class PoolRead:
     """What a pass knows of its pool: the policy's snapshot, the pending rows by lease id (the
-    apply step writes them) and each GPU's host id."""
+    apply step writes them), each GPU's host id, and each GPU's model and GPU-equivalent weight
+    (what a grant meters, allocation.policy.metering)."""
 
     snapshot: Snapshot
     pending: dict[str, PendingRow]
     gpu_host: dict[int, int]
+    gpu_meter: dict[int, tuple[str, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,6 +149,7 @@ class _Memo:
     gpu_rows: list[tuple[Any, ...]] = field(default_factory=list)
     host_rows: list[tuple[Any, ...]] = field(default_factory=list)
     gpus: tuple[GpuView, ...] = ()
+    meter: dict[int, tuple[str, float]] = field(default_factory=dict)
     running: dict[str, tuple[tuple[Any, ...], RunningView]] = field(default_factory=dict)
     pending: dict[str, tuple[tuple[Any, ...], RequestView]] = field(default_factory=dict)
 
@@ -261,9 +265,10 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
     if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows:
-        gpus = memo.gpus
+        gpus, meter = memo.gpus, memo.meter
     else:
         gpus = _gpu_views(pool.name, gpu_rows, host_rows)
+        meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
     for row in _holding_rows(pool.pk, postgres):
@@ -286,7 +291,7 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
         pending_views[r.lease_id] = seen
 
     with _MEMO_LOCK:
-        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, running_views, pending_views)
+        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views)
 
     quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
               for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}
@@ -300,7 +305,7 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
                         priority_classes=classes, half_life_s=half_life,
                         pools={pool.name: pool_view(pool, sched)},
                         reservations=reservation_views(pool, now))
-    return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows})
+    return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows}, meter)
 
 
 def build_snapshot(pool: Pool, now: datetime) -> tuple[Snapshot, dict[str, PendingRow], dict[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -17,9 +17,10 @@ from django.utils import timezone
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
-from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
+from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Team
 from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
+from allocation.services.budgets import budget_judge
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass
 from core.errors import Conflict, DomainError, Forbidden, NotFound
@@ -43,6 +44,7 @@ class _Resolved:
     team: Team
     priority_class: PriorityClass
     quota_limit: int | None  # the team's limit in the pool; None: no quota row or no limit
+    has_budget: bool = False  # the team has some GPU-hour budget (then they judge the request)
 
 
 def _no_pool(name: str) -> DomainError:
@@ -63,7 +65,8 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
         pool_pk=Subquery(Pool.objects.filter(name=pool_name).order_by().values("pk")[:1]),
         pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).order_by().values("pk")[:1]),
         quota_limit=Subquery(quota.values("limit")[:1]),
-    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit")[:2]
+        has_budget=Exists(Budget.objects.filter(team_id=OuterRef("pk")).order_by()),
+    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget")[:2]
 
 
 def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
@@ -92,7 +95,7 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
         pc, _ = PriorityClass.objects.get_or_create(name="default", defaults={"value": 0})
     pool_obj = Pool(pk=row["pool_pk"], name=pool_name) if isinstance(pool, str) else pool
     return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"]), priority_class=pc,
-                     quota_limit=row["quota_limit"])
+                     quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]))
 
 
 def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
@@ -135,7 +138,9 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     The new lease comes back with its team, user, pool and priority class set (names only), so
     it renders without a query. On PostgreSQL the whole request costs two queries: one resolves
     what it names, one writes the lease and its audit event (the unique constraint on
-    (user, Idempotency-Key) decides a replay, not a prior read)."""
+    (user, Idempotency-Key) decides a replay, not a prior read); a third for a team with a
+    GPU-hour budget, which may refuse the lease (Forbidden `budget_exhausted`) or give it the
+    lowest priority class, saying why in its reason (allocation.services.budgets.budget_judge)."""
     pool_name = pool if isinstance(pool, str) else pool.name
     request = {"pool": pool_name, "gpus": gpus, "team": team, "priority_class": priority_class,
                "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
@@ -146,6 +151,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
         resolved = _resolve(user, pool, team, priority_class)
         _check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
                            same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
+        demoted = budget_judge(resolved.team, resolved.pool) if resolved.has_budget else None
     except DomainError:
         # A replay answers with the first lease even if the request would be refused today.
         if idempotency_key:
@@ -154,16 +160,23 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                 return replay, False
         raise
     ttl = ttl_seconds or settings.GPUPOOL["DEFAULT_TTL_S"]
+    reason, note = "waiting for the next scheduling pass", {}
+    if demoted is not None and demoted.priority_class.pk != resolved.priority_class.pk:
+        resolved = replace(resolved, priority_class=demoted.priority_class)
+        reason += f"; {demoted.reason}"
+        note = {"demoted": {"to": demoted.priority_class.name, "from": priority_class or "default",
+                            "reason": demoted.reason}}
     lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
                   gpu_count=gpus, model=model, min_memory_mb=min_memory_mb,
                   min_driver_version=min_driver_version, min_cuda_version=min_cuda_version,
                   same_host=same_host, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
-                  request_fingerprint=fingerprint, reason="waiting for the next scheduling pass")
+                  request_fingerprint=fingerprint, reason=reason)
     event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
-                  message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}",
-                  data={"request": request})
+                  message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}"
+                          + (f"; {note['demoted']['reason']}" if note else ""),
+                  data={"request": request, **note})
     if not _insert_lease(lease, event):
         # Another request with this Idempotency-Key was first (now or earlier): answer with it.
         # (Without a key the only unique constraint left is the random primary key.)

@@ -14,10 +14,11 @@ from frontend.views.leases import (
 )
 from frontend.views.overview import overview
 from frontend.views.quotas import quota_edit, quotas, team_weight
+from frontend.views.usage import usage, usage_csv
 
 __all__ = [
     "audit", "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "gpu_history_page",
     "host_action", "lease_detail", "lease_release_view", "lease_renew_view", "leases", "overview",
     "pool_history_page", "queue", "quota_edit", "quotas", "reservation_cancel_view", "team_history_page",
-    "team_weight",
+    "team_weight", "usage", "usage_csv",
 ]

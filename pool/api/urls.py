@@ -1,6 +1,6 @@
 """The REST API's routes, all under /api/v1/ (mounted by pool.urls)."""
 
-from django.urls import include, path
+from django.urls import include, path, re_path
 from rest_framework.routers import DefaultRouter
 
 from allocation.api.audit import AuditEventViewSet
@@ -8,6 +8,7 @@ from allocation.api.fleet import GpuViewSet, HostViewSet, PoolViewSet
 from allocation.api.leases import LeaseViewSet
 from allocation.api.reservations import ReservationViewSet
 from allocation.api.teams import PriorityClassViewSet, QuotaViewSet, TeamViewSet
+from allocation.api.usage import UsageViewSet
 
 
 class Router(DefaultRouter):
@@ -30,4 +31,8 @@ router.register("leases", LeaseViewSet, basename="lease")
 router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("audit-events", AuditEventViewSet, basename="auditevent")
 
-urlpatterns = [path("history/", include("history.api.urls")), *router.urls]
+urlpatterns = [
+    path("history/", include("history.api.urls")),
+    *router.urls,
+    re_path(r"^usage/?$", UsageViewSet.as_view({"get": "report"}), name="usage"),
+]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -96,3 +96,22 @@ def test_two_history_recordings_of_one_minute_write_each_point_once(fleet: Any, 
     assert PoolPoint.objects.filter(step=3600).count() == 2
     assert TeamPoolPoint.objects.filter(step=60, at=reports[0].minute).count() == 2
     assert ModelPoint.objects.filter(step=3600).count() == 2
+
+
+def test_two_budget_refreshes_warn_of_each_threshold_once(fleet: Any, leases: Any, apply_yaml: Any) -> None:
+    from allocation.models import Budget, LeaseUsage
+    from allocation.services.budgets import budgets_refresh
+
+    pool = fleet(hosts=1)
+    leases(pool, 2, gpus=4)
+    run_pass([pool.pk])
+    apply_yaml("budgets: [{team: a, gpu_hours: 10, period: month}, {team: a, pool: gpus, gpu_hours: 10, "
+               "period: week}]\n", discover=False)
+    now = datetime(2026, 11, 18, 12, tzinfo=UTC)  # mid-week, mid-month: both periods hold the 2 h
+    LeaseUsage.objects.update(started_at=now - timedelta(hours=2))  # 8 GPUs × 2 h: 160% of both
+    for _ in range(3):
+        counts = _twice(lambda: budgets_refresh(now=now))
+        assert sum(c["budgets"] for c in counts) == 4
+    warnings = AuditEvent.objects.filter(action="budget.warning")
+    assert sorted((e.data["period"], e.data["threshold_pct"]) for e in warnings) == [("month", 100), ("week", 100)]
+    assert set(Budget.objects.values_list("warned_pct", flat=True)) == {100}

@@ -15,6 +15,7 @@ from allocation.config import ConfigError, parse_config
 from allocation.engine.snapshot import read_pool
 from allocation.models import PoolScheduling, SchedulerSettings
 from inventory.models import Pool
+from tests.config.applying import apply_file as _apply
 
 FILE = """\
 pools:
@@ -22,14 +23,6 @@ pools:
   - {name: infer}
 scheduler: {fair_share_preemption: false, fair_share_preemption_interval_s: 30}
 """
-
-
-def _apply(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    out = StringIO()
-    call_command("apply", "-f", str(path), stdout=out)
-    return out.getvalue()
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 from allocation.config import ConfigError, parse_config
 from allocation.models import PoolScheduling, PriorityClass
 from allocation.policy.idle import IdleReclaim
+from tests.config.applying import apply_file as _apply
 
 FILE = """\
 pools:
@@ -22,14 +23,6 @@ priority_classes:
   - {name: default, value: 0}
   - {name: notebook, value: -5, idle_reclaim: {below_util_pct: 2.5, for_s: 600, warn_s: 0}}
 """
-
-
-def _apply(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "c.yaml"
-    path.write_text(text)
-    out = StringIO()
-    call_command("apply", "-f", str(path), stdout=out)
-    return out.getvalue()
 
 
 def test_the_rules_are_parsed_into_the_specs() -> None:

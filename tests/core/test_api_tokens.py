@@ -163,3 +163,12 @@ def test_a_prefix_names_one_token_or_says_why_not(make_user: Any) -> None:
     with pytest.raises(NotFound):
         tokens.token_by_prefix("nothing!")
     assert other.pk
+
+
+def test_no_key_starts_with_a_dash_that_a_command_line_reads_as_an_option(
+        monkeypatch: pytest.MonkeyPatch, make_user: Any) -> None:
+    import secrets
+
+    drawn = iter(["-starts-with-a-dash" + "x" * 24, "A" * 43])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(drawn))
+    assert token_issue(user=make_user("alice"), name="cli") == "A" * 43

@@ -1,0 +1,98 @@
+"""GPU-hour metering, budgets and prices (imported by allocation.models, where Django finds them).
+
+`LeaseUsage` is the meter: one row per grant of a lease (a lease requeued after a loss and granted
+again gets a second row), written in the pass that grants it and closed in the statement that ends
+it. Usage over any window is SQL arithmetic over these intervals clipped to the window
+(`allocation.usage`), so a restart can neither count an hour twice nor lose one, and a running
+lease counts up to now.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from allocation.choices import BudgetAction, BudgetPeriod
+from inventory.models import Pool
+
+
+class LeaseUsage(models.Model):
+    """One grant of a lease: `gpu_equiv` GPU-equivalents (allocation.policy.metering) of `model`
+    held from `started_at` to `ended_at` (null while the lease holds them). Team and pool are the
+    lease's, copied so the report and the budgets filter on this table's own indexes."""
+
+    lease = models.ForeignKey("allocation.Lease", on_delete=models.CASCADE, related_name="usage")
+    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="usage")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="usage")
+    model = models.CharField(max_length=128, blank=True, default="")
+    gpu_equiv = models.FloatField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "lease usage"
+        verbose_name_plural = "lease usage"
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["team", "started_at"]), models.Index(fields=["started_at"])]
+        constraints = [
+            # No double metering: a lease holds GPUs under one grant at a time.
+            models.UniqueConstraint(fields=["lease"], condition=Q(ended_at__isnull=True),
+                                    name="lease_usage_one_open_per_lease"),
+            models.CheckConstraint(condition=Q(gpu_equiv__gt=0), name="lease_usage_gpu_equiv_positive"),
+            models.CheckConstraint(condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                                   name="lease_usage_ends_after_start"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.gpu_equiv:g} × {self.model} from {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class Budget(models.Model):
+    """`budgets[]` of the configuration: `gpu_hours` per calendar `period` for a team, in one pool
+    or (pool null) all of them. The columns after `action` are the budget's standing, written by
+    `allocation.services.budgets.budgets_refresh` (never by `apply`): usage in the period as of
+    `used_as_of`, the GPU-equivalents the team held then (the lease-create check adds their hours
+    since), and the highest threshold (80, 100) already warned of in the period starting
+    `warned_for`."""
+
+    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="budgets")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets")
+    gpu_hours = models.FloatField()
+    period = models.CharField(max_length=16, choices=BudgetPeriod.choices)
+    action = models.CharField(max_length=16, choices=BudgetAction.choices, default=BudgetAction.WARN)
+    period_start = models.DateTimeField(null=True, blank=True)
+    used_gpu_hours = models.FloatField(default=0.0)
+    held_gpu_equiv = models.FloatField(default=0.0)
+    used_as_of = models.DateTimeField(null=True, blank=True)
+    warned_pct = models.PositiveSmallIntegerField(default=0)
+    warned_for = models.DateTimeField(null=True, blank=True, help_text="The period start `warned_pct` is of.")
+
+    class Meta:
+        # All pools first on every database (PostgreSQL and SQLite sort nulls differently).
+        ordering = ["team__name", models.F("pool__name").asc(nulls_first=True), "period"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_hours__gt=0), name="budget_gpu_hours_positive"),
+            models.UniqueConstraint(fields=["team", "pool", "period"], condition=Q(pool__isnull=False),
+                                    name="budget_unique_team_pool_period"),
+            models.UniqueConstraint(fields=["team", "period"], condition=Q(pool__isnull=True),
+                                    name="budget_unique_team_period_all_pools"),
+        ]
+
+    def __str__(self) -> str:
+        where = self.pool.name if self.pool_id and self.pool else "all pools"
+        return f"{self.team}: {self.gpu_hours:g} GPU-h per {self.period} in {where}"
+
+
+class Price(models.Model):
+    """`prices[]` of the configuration: what one GPU-hour of `model` costs (matched like a lease's
+    `model`, case-insensitively as a substring of the GPU model; the longest match wins)."""
+
+    model = models.CharField(max_length=128, unique=True)
+    per_gpu_hour = models.FloatField()
+
+    class Meta:
+        ordering = ["model"]
+        constraints = [models.CheckConstraint(condition=Q(per_gpu_hour__gte=0), name="price_not_negative")]
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.per_gpu_hour:g} per GPU-hour"

@@ -1,0 +1,174 @@
+"""Reads of the GPU-hour meter (allocation.models_usage.LeaseUsage): the chargeback report and the
+budgets' usage, as SQL arithmetic over grant intervals clipped to a window.
+
+A meter row covers [started_at, end) where end is its own `ended_at`, else its lease's
+`ended_at` (a safety net: every end of a lease closes its row), else now (the lease holds its
+GPUs). Its GPU-hours within a window [since, until) are gpu_equiv × the overlap. The same SQL runs
+on PostgreSQL and SQLite (a few dialect snippets, as in allocation.engine.snapshot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from allocation.models import Lease, LeaseUsage, Price, Team
+from allocation.policy.metering import price_for
+from inventory.models import Pool
+
+GROUP_BY = ("team", "pool", "model", "user", "day")
+MAX_DAYS = 400  # a `group_by=day` report covers at most this many days (one bucket each)
+
+
+def _dialect() -> dict[str, str]:
+    if connection.vendor == "postgresql":
+        return {"ts": "%s::timestamptz", "greatest": "GREATEST", "least": "LEAST"}
+    return {"ts": "%s", "greatest": "MAX", "least": "MIN"}
+
+
+def _seconds(later: str, earlier: str) -> str:
+    if connection.vendor == "postgresql":
+        return f"EXTRACT(EPOCH FROM ({later}) - ({earlier}))::float8"
+    return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
+
+
+def _param(moment: datetime) -> Any:
+    """A datetime as this database compares it (SQLite: naive UTC text)."""
+    if connection.vendor == "postgresql":
+        return moment
+    return connection.ops.adapt_datetimefield_value(moment)
+
+
+_KEYS = {"team": "t.name", "pool": "p.name", "model": "u.model", "user": "usr.{username}", "day": "b.n",
+         "team_id": "u.team_id", "pool_id": "u.pool_id"}
+
+
+def _aggregate(buckets: Sequence[tuple[datetime, datetime]], keys: Sequence[str], *, now: datetime,
+               team_ids: Sequence[int] | None, pool_id: int | None) -> list[tuple[Any, ...]]:
+    """(key values…, GPU-seconds, GPU-equivalents held now) per distinct key within each bucket
+    [b0, b1), over meter rows of `team_ids` (None: all) and `pool_id` (None: all). One query."""
+    d = _dialect()
+    user_model = get_user_model()
+    end = f"COALESCE(u.ended_at, l.ended_at, {d['ts']})"
+    clipped = _seconds(f"{d['least']}({end}, b.b1)", f"{d['greatest']}(u.started_at, b.b0)")
+    values = ", ".join(f"({i}, {d['ts']}, {d['ts']})" for i in range(len(buckets)))
+    cols = [_KEYS[k].format(username=user_model.USERNAME_FIELD) for k in keys]
+    where, params = [], [p for b0, b1 in buckets for p in (_param(b0), _param(b1))]
+    held = "SUM(CASE WHEN u.ended_at IS NULL AND l.ended_at IS NULL THEN u.gpu_equiv ELSE 0 END)"
+    params += [_param(now), _param(now)]
+    if team_ids is not None:
+        where.append(f"u.team_id IN ({', '.join(['%s'] * len(team_ids))})" if team_ids else "1 = 0")
+        params += list(team_ids)
+    if pool_id is not None:
+        where.append("u.pool_id = %s")
+        params.append(pool_id)
+    sql = (f"WITH b(n, b0, b1) AS (VALUES {values}) "
+           f"SELECT {', '.join([*cols, ''])}SUM(u.gpu_equiv * {clipped}), {held} "
+           f"FROM {LeaseUsage._meta.db_table} u JOIN {Lease._meta.db_table} l ON l.id = u.lease_id "
+           f"JOIN {Team._meta.db_table} t ON t.id = u.team_id JOIN {Pool._meta.db_table} p ON p.id = u.pool_id "
+           f"JOIN {user_model._meta.db_table} usr ON usr.id = l.user_id "
+           f"JOIN b ON u.started_at < b.b1 AND {end} > b.b0 "
+           + (f"WHERE {' AND '.join(where)} " if where else "")
+           + (f"GROUP BY {', '.join(cols)}" if cols else ""))
+    with connection.cursor() as cur:
+        cur.execute(sql, params)  # placeholders: the buckets, `now` of the overlap and of the join, filters
+        return [tuple(row) for row in cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One group of the report: its key (a team, pool, model, user name, or a day as
+    YYYY-MM-DD), GPU-hours, and with prices set, the cost of the priced models and the GPU-hours
+    of models no price names."""
+
+    key: str
+    gpu_hours: float
+    cost: float | None = None
+    unpriced_gpu_hours: float | None = None
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    since: datetime
+    until: datetime
+    group_by: str
+    rows: tuple[UsageRow, ...]
+    priced: bool  # some price is configured: rows carry cost
+
+    @property
+    def total_gpu_hours(self) -> float:
+        return sum(r.gpu_hours for r in self.rows)
+
+    @property
+    def total_cost(self) -> float | None:
+        return sum(r.cost or 0.0 for r in self.rows) if self.priced else None
+
+
+def day_buckets(since: datetime, until: datetime) -> list[tuple[datetime, datetime]]:
+    """The UTC days [since, until) touches, each clipped to the window."""
+    out = []
+    day = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    while day < until:
+        out.append((max(day, since), min(day + timedelta(days=1), until)))
+        day += timedelta(days=1)
+    return out
+
+
+def price_list() -> dict[str, float]:
+    return dict(Price.objects.values_list("model", "per_gpu_hour"))
+
+
+def usage_report(*, since: datetime, until: datetime, group_by: str, team_ids: Sequence[int] | None = None,
+                 pool_id: int | None = None, now: datetime) -> UsageReport:
+    """GPU-hours (and cost, when prices are set) over [since, until) per `group_by` (one of
+    GROUP_BY), of the teams `team_ids` (None: all) in pool `pool_id` (None: all), in two queries.
+    Rows are sorted by key; groups without usage are left out. `now` ends the running leases."""
+    buckets = day_buckets(since, until) if group_by == "day" else [(since, until)]
+    keys = [group_by] if group_by == "model" else [group_by, "model"]
+    prices = price_list()
+    groups: dict[str, list[float]] = {}
+    for *key, model, seconds, _ in (_aggregate(buckets, keys, now=now, team_ids=team_ids, pool_id=pool_id)
+                                    if buckets else []):
+        name = buckets[int(key[0])][0].date().isoformat() if group_by == "day" else str(key[0] if key else model)
+        hours = float(seconds or 0.0) / 3600.0
+        price = price_for(model, prices)
+        acc = groups.setdefault(name, [0.0, 0.0, 0.0])
+        acc[0] += hours
+        if price is None:
+            acc[2] += hours
+        else:
+            acc[1] += hours * price
+    rows = tuple(UsageRow(name, round(h, 6), round(c, 6) if prices else None, round(u, 6) if prices else None)
+                 for name, (h, c, u) in sorted(groups.items()) if h > 0)
+    return UsageReport(since, until, group_by, rows, bool(prices))
+
+
+def usage_by_team_and_pool(since: datetime, team_ids: Sequence[int], *, now: datetime,
+                           ) -> Mapping[tuple[int, int], tuple[float, float]]:
+    """(team id, pool id) → (GPU-hours over [since, now), GPU-equivalents held now), for the
+    budgets' standing: one query."""
+    rows = _aggregate([(since, now)], ["team_id", "pool_id"], now=now, team_ids=team_ids, pool_id=None)
+    return {(team, pool): (float(seconds or 0.0) / 3600.0, float(held or 0.0))
+            for team, pool, seconds, held in rows}
+
+
+def usage_by_team_and_day(*, since: datetime, until: datetime, team_ids: Sequence[int] | None = None,
+                          pool_id: int | None = None, now: datetime,
+                          ) -> tuple[list[str], dict[str, list[float]]]:
+    """The UTC days of [since, until) (YYYY-MM-DD) and each team's GPU-hours on each of them (teams
+    without usage left out), for the dashboard's chart: one query. The window must be at most
+    MAX_DAYS long (ValueError)."""
+    buckets = day_buckets(since, until)
+    if len(buckets) > MAX_DAYS:
+        raise ValueError(f"at most {MAX_DAYS} days")
+    days = [b0.date().isoformat() for b0, _ in buckets]
+    series: dict[str, list[float]] = {}
+    for index, team, seconds, _ in (_aggregate(buckets, ["day", "team"], now=now, team_ids=team_ids,
+                                               pool_id=pool_id) if buckets else []):
+        series.setdefault(team, [0.0] * len(days))[int(index)] = round(float(seconds or 0.0) / 3600.0, 4)
+    return days, dict(sorted(series.items()))
