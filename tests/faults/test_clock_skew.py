@@ -60,6 +60,11 @@ def _lease(lease_id: str) -> Lease:
     return Lease.objects.get(pk=lease_id)
 
 
+def _at(value: datetime | None) -> datetime:
+    assert value is not None, "the lease has no such time yet"
+    return value
+
+
 def test_five_minutes_of_skew_between_web_and_workers_neither_ends_leases_early_nor_keeps_them_late(
         skewed_web: Any) -> None:
     http, url = skewed_web
@@ -81,14 +86,14 @@ def test_five_minutes_of_skew_between_web_and_workers_neither_ends_leases_early_
     assert SKEW_S - 5 < granted["python_clock"] - granted["db_clock"] < SKEW_S + 5
     long_lease = _lease(long_id)
     assert long_lease.state == "granted"
-    grant_error = abs(long_lease.granted_at.timestamp() - granted["db_clock"])
+    grant_error = abs(_at(long_lease.granted_at).timestamp() - granted["db_clock"])
     assert grant_error < BOUND_S, f"granted_at is {grant_error:.0f} s off the database's clock"
-    assert (long_lease.expires_at - long_lease.granted_at).total_seconds() == LONG_TTL_S
+    assert (_at(long_lease.expires_at) - _at(long_lease.granted_at)).total_seconds() == LONG_TTL_S
 
     # The slow web server renews: the new expiry is the database's now + TTL, not 5 minutes less.
     renewed = http.post(f"{url}/api/v1/leases/{long_id}/renew/", json={"ttl_seconds": LONG_TTL_S}, timeout=10)
     assert renewed.status_code == 200, renewed.text
-    renew_error = _lease(long_id).expires_at.timestamp() - (db_now().timestamp() + LONG_TTL_S)
+    renew_error = _at(_lease(long_id).expires_at).timestamp() - (db_now().timestamp() + LONG_TTL_S)
     figures["renewal_expiry_error_s"] = round(renew_error, 2)
     assert abs(renew_error) < BOUND_S
 
@@ -99,14 +104,14 @@ def test_five_minutes_of_skew_between_web_and_workers_neither_ends_leases_early_
     assert _lease(long_id).state == "granted"
 
     # Past the short lease's TTL, a reaper 5 minutes behind expires it at once, not 5 minutes late.
-    short_expires = _lease(short_id).expires_at
+    short_expires = _at(_lease(short_id).expires_at)
     assert wait_until(lambda: db_now() > short_expires, timeout=SHORT_TTL_S + 5)
     late = run_skewed(f"-{SKEW_S}s", REAP)
     figures["slow_worker_clock_skew_s"] = round(late["python_clock"] - late["db_clock"])
     assert -SKEW_S - 5 < late["python_clock"] - late["db_clock"] < -SKEW_S + 5
     short_lease, long_lease = _lease(short_id), _lease(long_id)
     assert late["result"]["expired"] == 1 and short_lease.state == "expired", late
-    lateness = (short_lease.ended_at - short_expires).total_seconds()
+    lateness = (_at(short_lease.ended_at) - short_expires).total_seconds()
     figures["expired_late_by_s"] = round(lateness, 2)
     assert 0 <= lateness < BOUND_S
     assert long_lease.state == "granted"  # nor did the slow reaper touch the lease with time left
