@@ -41,6 +41,9 @@ class Fault:
     method: str | None = None
     path_prefix: str | None = None
     message: str = "injected failure"
+    #: Seconds sent in a `Retry-After` header with the failure (as an API server's 429 or
+    #: priority-and-fairness rejection does); None: no header.
+    retry_after: float | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (
@@ -227,6 +230,18 @@ class KubeApiServer:
         body: Any,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
+        status, payload, _ = self.reply(method, path, query, body, headers)
+        return status, payload
+
+    def reply(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: Any,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, dict[str, str]]:
+        """`handle`, with the response headers to send besides Content-Type."""
         with self._lock:
             recorded = Request(method, path, query, json.loads(json.dumps(body)), headers or {})
             self.requests.append(recorded)
@@ -234,10 +249,12 @@ class KubeApiServer:
         if fault is not None:
             time.sleep(fault.delay_s)
             if fault.status:
-                return fault.status, _status(fault.status, "InternalError", fault.message)
+                extra = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+                reason = "TooManyRequests" if fault.status == 429 else "InternalError"
+                return fault.status, _status(fault.status, reason, fault.message), extra
         parts = [p for p in path.split("/") if p]
         with self._lock:
-            return self._route(method, parts, query, body)
+            return (*self._route(method, parts, query, body), {})
 
     def _route(
         self, method: str, parts: list[str], query: dict[str, str], body: Any
@@ -324,16 +341,19 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        extra: dict[str, str] = {}
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             status, payload = 400, _status(400, "BadRequest", "request body is not JSON")
         else:
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, payload = self.api.handle(self.command, split.path, query, body, headers)
+            status, payload, extra = self.api.reply(self.command, split.path, query, body, headers)
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
