@@ -58,6 +58,7 @@ class Request:
     query: dict[str, str]
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (retry pacing tests)
 
 
 @dataclass
