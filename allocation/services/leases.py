@@ -20,7 +20,7 @@ from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
 from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
-from allocation.triggers import request_pass
+from allocation.triggers import request_pass, request_unbind
 from core.db import db_now
 from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
@@ -234,8 +234,6 @@ def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_t
         else:
             lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
     if lease.ending_since is not None:
-        from allocation.triggers import request_unbind
-
         transaction.on_commit(lambda: request_unbind(lease.pk))
     transaction.on_commit(lambda: request_pass(lease.pool_id))
     return lease
@@ -304,8 +302,6 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                 counts["expired"] += 1
                 pools.add(lease.pool_id)
                 if lease.ending_since:
-                    from allocation.triggers import request_unbind
-
                     transaction.on_commit(partial(request_unbind, lease.pk))
     grace = timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"])
     lost = Lease.objects.filter(state__in=HOLDING_STATES, host__state=HostState.OFFLINE,
@@ -341,7 +337,14 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             host = lease.host.name if lease.host else "its host"
             lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
                       reason=f"{reason_prefix}: {host}")
-            lease_free_gpus([lease.pk])
+            if lease.ending_since is not None and not lease.requeue_on_loss:
+                # Its pod or process may still run where the host (or cluster) cannot be reached
+                # from here: the GPUs stay held (they are offline with their host anyway) until
+                # the unbind task, retried while the host is away, has stopped it. Freeing them
+                # now would hand them out again under a workload that is still running.
+                transaction.on_commit(partial(request_unbind, lease.pk))
+            else:
+                lease_free_gpus([lease.pk])
             lost += 1
             if pools is not None:
                 pools.add(lease.pool_id)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from allocation.binding import TransientBindError, bindings_observe, lease_bind
+from allocation.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.services.leases import leases_reap
@@ -178,6 +178,18 @@ def test_a_cluster_that_stays_down_loses_its_leases_and_requeues_those_that_ask(
     assert lease_bind(requeue) == "bound"
     figures["recovery_s"] = round(recovered, 2)
     pods = _pods_per_lease(kube_api)
+    with kube_api._lock:
+        nodes = {(p["metadata"].get("labels") or {}).get(LABEL): p["spec"].get("nodeName")
+                 for p in kube_api.pods.values()}
+    # The lost lease's pod may still run: its GPUs stay held until the unbind task (asked for
+    # when it was lost, retried while the cluster was away) has deleted it.
+    lost = Lease.objects.get(pk=keep)
+    assert lost.ending_since is not None and lost.gpu_links.filter(active=True).exists()
+    assert lease_unbind(keep) == "unbound"
+    pods = _pods_per_lease(kube_api)
+    assert pods[keep] == 0, "the lost lease's pod is still on the cluster"
+    assert not Lease.objects.get(pk=keep).gpu_links.filter(active=True).exists()
+    assert nodes[requeue] == Lease.objects.get(pk=requeue).host.name
     figures["pods_of_requeued_lease"] = pods[requeue]
     assert pods[requeue] == 1
     figures["faults_injected"] = {"http_500_all_requests": "until recovery"}
