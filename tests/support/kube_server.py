@@ -230,19 +230,8 @@ class KubeApiServer:
         query: dict[str, str],
         body: Any,
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:
-        status, payload, _ = self.reply(method, path, query, body, headers)
-        return status, payload
-
-    def reply(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, str],
-        body: Any,
-        headers: dict[str, str] | None = None,
     ) -> tuple[int, Any, dict[str, str]]:
-        """`handle`, with the response headers to send besides Content-Type."""
+        """(status, JSON body, response headers to send besides Content-Type)."""
         with self._lock:
             recorded = Request(method, path, query, json.loads(json.dumps(body)), headers or {})
             self.requests.append(recorded)
@@ -349,7 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = 400, _status(400, "BadRequest", "request body is not JSON")
         else:
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, payload, extra = self.api.reply(self.command, split.path, query, body, headers)
+            status, payload, extra = self.api.handle(self.command, split.path, query, body, headers)
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
