@@ -166,10 +166,14 @@ class RetryableError(AgentError):
     Raised inside an attempt of `Connector.retrying`, which retries it while the budget lasts. A
     transient failure that would only burn the budget (a refused port, a host that does not answer)
     is a plain `AgentError(permanent=False)`: the next discovery pass or task retry tries again.
+
+    `retry_after` is how long the source asked us to wait before trying again (an HTTP 429's or
+    503's `Retry-After`), in seconds; `retrying` never tries sooner.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, permanent=False)
+        self.retry_after = retry_after
 
 
 class Connector(ABC):
@@ -237,7 +241,9 @@ class Connector(ABC):
         """Return `attempt(seconds)`, trying again after each RetryableError while the budget lasts.
 
         Each attempt may take `timeout` seconds (default `request_timeout_s`), less when less of
-        `retry_budget_s` is left; the pauses between attempts are `retry_delays`. Any other
+        `retry_budget_s` is left; the pauses between attempts are `retry_delays`, or longer where
+        the source asked for more (`RetryableError.retry_after`: a wait it asked for that the
+        budget cannot cover ends the call at once, rather than hammer it sooner). Any other
         exception ends the call at once (permanent errors are never retried). Giving up raises
         `AgentError("<what>: <last problem> (gave up after N attempts)", permanent=False)`.
         """
@@ -249,10 +255,15 @@ class Connector(ABC):
             try:
                 return attempt(min(per_attempt, max(deadline - time.monotonic(), 0.1)))
             except RetryableError as exc:
-                problem = exc.message
-            if pause is None or time.monotonic() + pause >= deadline:
+                problem, asked = exc.message, exc.retry_after
+            if pause is None:
                 break
-            time.sleep(pause)
+            wait = pause if asked is None else max(pause, asked)
+            if time.monotonic() + wait >= deadline:
+                if asked is not None and asked > pause:
+                    problem += f"; asked to retry after {asked:g} s, beyond the {self.retry_budget_s:g} s budget"
+                break
+            time.sleep(wait)
         prefix = f"{what}: " if what else ""
         raise AgentError(f"{prefix}{problem} (gave up after {attempts} attempts)", permanent=False)
 

@@ -12,7 +12,10 @@ budget; then one AgentError with a sentence in words.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, TypeVar
 
 from agents.base import AgentError, RetryableError
@@ -130,7 +133,7 @@ def _request(api: Any, what: str, method: str, timeout: float, *args: Any, **kwa
         problem, transient = _describe_api_error(exc)
         if not transient:
             raise AgentError(f"{what}: {problem}", permanent=True) from None
-        raise RetryableError(problem) from None
+        raise RetryableError(problem, retry_after=retry_after_s(exc.headers)) from None
     except (HTTPError, OSError) as exc:  # refused, reset, timed out
         raise RetryableError(_describe_transport_error(exc, timeout)) from None
     try:
@@ -140,6 +143,26 @@ def _request(api: Any, what: str, method: str, timeout: float, *args: Any, **kwa
     if not isinstance(answer, dict):
         raise RetryableError("the answer is not a JSON object")
     return answer
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """Seconds an answer's `Retry-After` header asks to wait (delay-seconds or an HTTP date,
+    RFC 9110 10.2.3), or None when there is none or it cannot be read. An API server sends it
+    with 429 (priority and fairness, eviction limits) and with some 503s."""
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(str(value))
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def status_message(exc: Any) -> str:

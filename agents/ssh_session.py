@@ -256,6 +256,10 @@ class SshSession:
             stderr = self._read_all(channel, channel.recv_stderr, deadline)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
+            if channel.recv_exit_status() == -1:
+                # The channel closed without an exit status: the host's sshd died or the
+                # connection was reset mid-command. Say so, rather than parse cut output.
+                raise AgentError(f"connection to {self.host.where} dropped mid-command")
             return RunResult(
                 channel.recv_exit_status(),
                 stdout.decode("utf-8", "replace"),

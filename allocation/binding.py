@@ -70,6 +70,10 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
                        extra={"handle": dict(status.handle)}).save()
             lease.save()
             return "bound"
+        if lease.state == S.BOUND:
+            # Another worker bound it meanwhile (a retried task racing the first run): the
+            # connector's bind is idempotent, so what it started is this very workload.
+            return "skipped"
         # The lease ended while we were starting it: stop what we just started.
         lease.save(update_fields=["binding_status"])
     transaction.on_commit(lambda: lease_unbind(lease.pk))

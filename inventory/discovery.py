@@ -6,10 +6,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
-
 from agents.base import AgentError, Connector, Discovery
 from agents.registry import get_connector
+from core.db import db_now
 from inventory.models import Source
 from inventory.secrets import source_secrets_open
 from inventory.sync import SyncReport, sync_source
@@ -32,11 +31,11 @@ def source_discover(*, source: Source, now: datetime | None = None) -> SyncRepor
     except Exception as exc:  # a connector bug must not stop the other sources
         logger.exception("discovery of source %s crashed", source.name)
         discovery = Discovery(error=f"discovery failed: {type(exc).__name__}: {exc}")
-    return sync_source(source, discovery, now=now or timezone.now())
+    return sync_source(source, discovery, now=now or db_now())
 
 
 def sources_due(now: datetime | None = None) -> list[Source]:
-    now = now or timezone.now()
+    now = now or db_now()
     return [s for s in Source.objects.all()
             if s.last_discovery_at is None
             or (now - s.last_discovery_at).total_seconds() >= s.interval_s]

@@ -14,10 +14,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from agents.base import GPU_ERRORS_LABEL, HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
-from core.db import SOURCE_LOCKS, advisory_xact_lock
+from core.db import SOURCE_LOCKS, advisory_xact_lock, db_now
 from inventory.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Source
@@ -42,8 +41,10 @@ class SyncReport:
 
 def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = None) -> SyncReport:
     """Apply one discovery of `source`. A whole-source failure (`discovery.error`) only records
-    the error: hosts then age into `offline` through `hosts_mark_stale`, not at the first blip."""
-    now = now or timezone.now()
+    the error: hosts then age into `offline` through `hosts_mark_stale`, not at the first blip.
+    `now` defaults to the database's clock (core.db.db_now): `last_seen` and `offline_since`
+    are compared later by other processes, whose own clocks may be minutes off this one's."""
+    now = now or db_now()
     report = SyncReport(source=source.name)
     if discovery.error:
         Source.objects.filter(pk=source.pk).update(last_error=discovery.error, last_discovery_at=now)
@@ -323,8 +324,9 @@ def _prune_samples(now: datetime) -> None:
 
 
 def hosts_mark_stale(*, now: datetime | None = None) -> int:
-    """Hosts not heard from within N discovery intervals of their source go offline."""
-    now = now or timezone.now()
+    """Hosts not heard from within N discovery intervals of their source go offline (by the
+    database's clock, which stamped `last_seen`)."""
+    now = now or db_now()
     n = settings.GPUPOOL["OFFLINE_AFTER_INTERVALS"]
     stale = []
     for host in Host.objects.select_related("source").exclude(reported_state=HostState.OFFLINE):

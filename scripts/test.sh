@@ -15,6 +15,8 @@ skipped=()
 want=()
 [ -x /usr/sbin/sshd ] || want+=(openssh-server)
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || want+=(chromium)
+# libfaketime: the clock-skew fault test runs processes with their clocks shifted.
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || want+=(faketime)
 if [ ${#want[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${want[*]} for the real-part tests..."
@@ -26,6 +28,7 @@ if [ ${#want[@]} -gt 0 ]; then
 fi
 [ -x /usr/sbin/sshd ] || skipped+=("sshd: /usr/sbin/sshd not installed")
 [ -x /usr/bin/chromium ] || skipped+=("browser: /usr/bin/chromium not installed")
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || skipped+=("clock skew: libfaketime not installed")
 
 # --- PostgreSQL --------------------------------------------------------------------------------
 if [ -z "${DATABASE_URL:-}" ]; then

@@ -19,10 +19,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 from prometheus_client import Histogram
 
 from allocation.engine.apply import after, apply_decisions, write_explanations
@@ -55,9 +55,10 @@ class PassReport:
     freed_now: int = 0  # preempted leases whose GPUs were freed within the pass
 
 
-def lock_pool(pool_id: int) -> None:
-    """Take the pool's scheduling lock for the rest of the current transaction."""
-    advisory_xact_lock(POOL_LOCKS, pool_id)
+def lock_pool(pool_id: int) -> datetime:
+    """Take the pool's scheduling lock for the rest of the current transaction; returns the
+    database's clock once it is held (the one clock every grant's `expires_at` counts from)."""
+    return advisory_xact_lock(POOL_LOCKS, pool_id)
 
 
 def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) -> list[PassReport]:
@@ -76,8 +77,10 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
         gc.disable()
         try:
             with transaction.atomic():
-                lock_pool(pool.pk)
-                report = _pass(pool, decide)
+                # The database's clock, not this worker's: a lease's expires_at is later
+                # compared with it by whichever process reaps or renews (core.db.db_now).
+                now = lock_pool(pool.pk)
+                report = _pass(pool, decide, now)
         finally:
             if collecting:
                 gc.enable()
@@ -87,9 +90,8 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
     return reports
 
 
-def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions]) -> PassReport:
+def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) -> PassReport:
     report = PassReport(pool=pool.name)
-    now = timezone.now()
     read = read_pool(pool, now)
     decisions: Decisions | None = None
     audit, changes, to_bind, to_unbind = [], [], [], []

@@ -30,7 +30,6 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.leases import AuditRow, audit_rows_insert, leases_end
@@ -46,6 +45,7 @@ from allocation.policy.idle import (
     warning_text,
 )
 from allocation.triggers import request_pass, request_unbind
+from core.db import db_now
 from inventory.bulk import bulk_update_columns
 from inventory.models import GpuSample
 
@@ -126,8 +126,10 @@ def _plan(rows: list[dict[str, Any]], rules: tuple[dict[int, IdleReclaim], dict[
 
 def leases_idle_check(*, now: datetime | None = None) -> dict[str, int]:
     """Evaluate every granted or bound lease under an idle reclaim rule (not ending, not exempt)
-    and act: warn, clear, reclaim. Returns the counts {"warned", "cleared", "reclaimed"}."""
-    now = now or timezone.now()
+    and act: warn, clear, reclaim. Returns the counts {"warned", "cleared", "reclaimed"}. `now`
+    defaults to the database's clock (core.db.db_now): warnings and samples from other workers
+    were stamped by it, and a skewed worker must not reclaim before `warn_s` has passed."""
+    now = now or db_now()
     counts = {"warned": 0, "cleared": 0, "reclaimed": 0}
     rules = _rules()
     with transaction.atomic():

@@ -12,7 +12,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
-from django.utils import timezone
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
@@ -22,7 +21,8 @@ from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
-from allocation.triggers import request_pass
+from allocation.triggers import request_pass, request_unbind
+from core.db import db_now
 from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
 from inventory.choices import HostState
@@ -218,17 +218,19 @@ def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
     return existing
 
 
-def _locked(lease: Lease | Any, visible_to: Any = None) -> Lease:
+def _locked(lease: Lease | Any, visible_to: Any = None) -> tuple[Lease, datetime]:
     """The lease (an instance or its id), its row locked, with what renders it (selectors.lease_row:
-    names, and GPUs on PostgreSQL), in one query. With `visible_to`, only a lease that user may
-    see: another team's is NotFound, like a missing one."""
+    names, and GPUs on PostgreSQL), and the database's clock, in one query. With `visible_to`,
+    only a lease that user may see: another team's is NotFound, like a missing one. The clock is
+    the time the caller's write decides by: never this process's, which may be minutes off the
+    worker's that reaps (core.db.db_now)."""
     row = lease_row(lease.pk if isinstance(lease, Lease) else lease, visible_to=visible_to, lock=True)
     if row is None:
         raise NotFound("Not found.", code="not_found")
     locked = Lease.from_db(connection.alias, LEASE_FIELDS, [row[name] for name in LEASE_FIELDS])
-    for name in row.keys() - set(LEASE_FIELDS):  # the names and GPU links, for rendering
+    for name in row.keys() - {*LEASE_FIELDS, "db_now"}:  # the names and GPU links, for rendering
         setattr(locked, name, row[name])
-    return locked
+    return locked, row["db_now"]
 
 
 def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_to: Any = None) -> Lease:
@@ -237,16 +239,14 @@ def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_t
     NotFound. The lease comes back as ended, ready to render (see `_locked`). On PostgreSQL:
     BEGIN, one locked read, one write (lease_end), COMMIT."""
     with transaction.atomic():
-        lease = _locked(lease, visible_to)
+        lease, now = _locked(lease, visible_to)
         if lease.state in END_STATES:
             return lease
         if lease.state == S.PENDING:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}")
+            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}", now=now)
         else:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"released by {actor}")
+            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
     if lease.ending_since is not None:
-        from allocation.triggers import request_unbind
-
         transaction.on_commit(lambda: request_unbind(lease.pk))
     transaction.on_commit(lambda: request_pass(lease.pool_id))
     return lease
@@ -264,14 +264,14 @@ def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = Non
         raise Forbidden("only a pool admin may exempt a lease from idle reclaim (keep=true)",
                         code="keep_requires_admin")
     with transaction.atomic():
-        lease = _locked(lease, visible_to)
+        lease, now = _locked(lease, visible_to)
         if lease.state not in HOLDING_STATES and lease.state != S.PENDING:
             raise Conflict(f"a {lease.state} lease cannot be renewed", code="not_renewable")
         ttl = min(ttl_seconds or lease.ttl_seconds, settings.GPUPOOL["MAX_TTL_S"])
         if ttl_seconds:
             lease.ttl_seconds = ttl
         if lease.state in HOLDING_STATES:
-            lease.expires_at = timezone.now() + timedelta(seconds=ttl)
+            lease.expires_at = now + timedelta(seconds=ttl)
         fields = ["ttl_seconds", "expires_at"]
         if keep:
             fields += _exempt_from_idle_reclaim(lease, actor)
@@ -299,8 +299,10 @@ def _exempt_from_idle_reclaim(lease: Lease, actor: str) -> list[str]:
 
 def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     """Periodic housekeeping: expire leases past their TTL, lose leases on hosts offline past the
-    grace, free GPUs of unbound leases whose preemption notice ran out."""
-    now = now or timezone.now()
+    grace, free GPUs of unbound leases whose preemption notice ran out. `now` defaults to the
+    database's clock, the one every lease's `expires_at` and host's `offline_since` were set by:
+    a worker whose own clock runs minutes ahead must not expire leases minutes early."""
+    now = now or db_now()
     counts = {"expired": 0, "lost": 0, "freed": 0, "requeued": 0}
     pools: set[int] = set()
     expired = Lease.objects.filter(state__in=HOLDING_STATES, expires_at__lte=now).values_list("pk", flat=True)
@@ -313,8 +315,6 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                 counts["expired"] += 1
                 pools.add(lease.pool_id)
                 if lease.ending_since:
-                    from allocation.triggers import request_unbind
-
                     transaction.on_commit(partial(request_unbind, lease.pk))
     grace = timedelta(seconds=settings.GPUPOOL["LOST_GRACE_S"])
     lost = Lease.objects.filter(state__in=HOLDING_STATES, host__state=HostState.OFFLINE,
@@ -340,7 +340,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
                      pools: set[int] | None = None) -> tuple[int, int]:
     """Leases whose host or GPUs are gone become `lost`; with requeue_on_loss they go back to
     pending to be placed elsewhere (the high-availability path). Returns (lost, requeued)."""
-    now = now or timezone.now()
+    now = now or db_now()
     lost = requeued = 0
     for pk in lease_ids:
         with transaction.atomic():
@@ -350,7 +350,14 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             host = lease.host.name if lease.host else "its host"
             lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
                       reason=f"{reason_prefix}: {host}")
-            lease_free_gpus([lease.pk])
+            if lease.ending_since is not None and not lease.requeue_on_loss:
+                # Its pod or process may still run where the host (or cluster) cannot be reached
+                # from here: the GPUs stay held (they are offline with their host anyway) until
+                # the unbind task, retried while the host is away, has stopped it. Freeing them
+                # now would hand them out again under a workload that is still running.
+                transaction.on_commit(partial(request_unbind, lease.pk))
+            else:
+                lease_free_gpus([lease.pk])
             lost += 1
             if pools is not None:
                 pools.add(lease.pool_id)

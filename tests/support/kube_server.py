@@ -41,6 +41,9 @@ class Fault:
     method: str | None = None
     path_prefix: str | None = None
     message: str = "injected failure"
+    #: Seconds sent in a `Retry-After` header with the failure (as an API server's 429 or
+    #: priority-and-fairness rejection does); None: no header.
+    retry_after: float | None = None
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method == method) and (
@@ -55,6 +58,7 @@ class Request:
     query: dict[str, str]
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)  # when it arrived (retry pacing tests)
 
 
 @dataclass
@@ -226,7 +230,8 @@ class KubeApiServer:
         query: dict[str, str],
         body: Any,
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:
+    ) -> tuple[int, Any, dict[str, str]]:
+        """(status, JSON body, response headers to send besides Content-Type)."""
         with self._lock:
             recorded = Request(method, path, query, json.loads(json.dumps(body)), headers or {})
             self.requests.append(recorded)
@@ -234,10 +239,12 @@ class KubeApiServer:
         if fault is not None:
             time.sleep(fault.delay_s)
             if fault.status:
-                return fault.status, _status(fault.status, "InternalError", fault.message)
+                extra = {} if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+                reason = "TooManyRequests" if fault.status == 429 else "InternalError"
+                return fault.status, _status(fault.status, reason, fault.message), extra
         parts = [p for p in path.split("/") if p]
         with self._lock:
-            return self._route(method, parts, query, body)
+            return (*self._route(method, parts, query, body), {})
 
     def _route(
         self, method: str, parts: list[str], query: dict[str, str], body: Any
@@ -324,16 +331,19 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        extra: dict[str, str] = {}
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
             status, payload = 400, _status(400, "BadRequest", "request body is not JSON")
         else:
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, payload = self.api.handle(self.command, split.path, query, body, headers)
+            status, payload, extra = self.api.handle(self.command, split.path, query, body, headers)
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
