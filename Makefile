@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PORT ?= 8000
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test faults lint bench clean
 
 install: $(VENV)/.installed
 
@@ -21,6 +21,11 @@ run: install
 
 test: install
 	bash scripts/test.sh
+
+# The fault-injection scenarios at full size (100,000-operation storm, 100 worker kills, Redis
+# down 60 s, PostgreSQL down 30 s); `make test` runs them reduced. Figures: test-artifacts/faults/.
+faults: install
+	GPUPOOL_FAULTS=full bash scripts/test.sh tests/faults -m faults -s
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -203,9 +203,13 @@ def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> i
     meta = model._meta
     fields = _fields(model, values)
     assignments = ", ".join(f"{_column(f)} = %s" for f in fields)
+    table, pk = connection.ops.quote_name(meta.db_table), _column(meta.pk)
+    # Rows are locked in key order first: two writers of overlapping sets (a grant's GPUs, a
+    # cordon's) then queue instead of deadlocking, as an UPDATE's own order is the scan's.
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {assignments} "
-                       f"WHERE {_column(meta.pk)} = ANY(%s::{meta.pk.db_type(connection)}[])",
-                       [*(f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)),
-                        _array_literal(keys)])
+        cursor.execute(f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {table} "
+                       f"WHERE {pk} = ANY(%s::{meta.pk.db_type(connection)}[]) ORDER BY {pk} FOR UPDATE) "
+                       f"UPDATE {table} SET {assignments} WHERE {pk} IN (SELECT {pk} FROM locked)",
+                       [_array_literal(keys),
+                        *(f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True))])
         return cursor.rowcount

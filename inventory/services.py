@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from inventory.bulk import bulk_update_fast, quoted_column
+from inventory.bulk import quoted_column
 from inventory.choices import AdminState, GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
@@ -51,21 +51,31 @@ def gpu_state_sql(*, gpu: str, host_state: str, leased: str | None = None) -> st
 
 
 def gpu_refresh_states(gpus: QuerySet[Gpu]) -> int:
-    """Recompute and store `state` for the given GPUs; writes only rows that change."""
-    rows = gpus.values_list("pk", "state", "host__state", "gone", "leased", "health", "foreign")
-    changed = []
-    for pk, state, host_state, gone, leased, health, foreign in rows:
-        new = gpu_derive_state(host_state=host_state, gone=gone, leased=leased, health=health,
-                               foreign=foreign)
-        if new != state:
-            changed.append({"pk": pk, "state": new})
-    bulk_update_fast(Gpu, changed, ["state"])
-    return len(changed)
+    """Recompute and store `state` for the given GPUs; writes only rows that change.
+
+    One UPDATE that derives each state from the row as it finds it (`gpu_state_sql`), not a read
+    and a later write: on PostgreSQL a row a concurrent grant or release is writing is waited for
+    and judged again on its committed version. A Python read-then-write here put a GPU granted
+    between the two back to `cordoned` or `free` (the fault suite's storm caught it)."""
+    ids_sql, params = gpus.values("pk").query.sql_with_params()
+    table, hosts = connection.ops.quote_name(Gpu._meta.db_table), connection.ops.quote_name(Host._meta.db_table)
+    state = gpu_state_sql(gpu="g", host_state=f"(SELECT h.state FROM {hosts} AS h WHERE h.id = g.host_id)")
+    prefix = ""
+    if connection.vendor == "postgresql":  # rows locked in id order first, as bulk_set does
+        prefix = f"WITH locked AS MATERIALIZED (SELECT id FROM {table} WHERE id IN ({ids_sql}) ORDER BY id FOR UPDATE) "
+        ids_sql = "SELECT id FROM locked"
+    with connection.cursor() as cur:
+        cur.execute(f"{prefix}UPDATE {table} AS g SET state = {state} WHERE g.id IN ({ids_sql}) "
+                    f"AND g.state <> {state}", params)
+        return int(cur.rowcount)
 
 
 def _host_set_admin_state(*, host: Host, admin_state: str) -> Host:
     with transaction.atomic():
-        host = Host.objects.select_for_update().get(pk=host.pk)
+        # NO KEY UPDATE, not UPDATE: a grant committing a lease on this host checks its foreign
+        # key with KEY SHARE at COMMIT, while holding the GPUs this cordon waits for; FOR UPDATE
+        # would make that a deadlock. Freeing GPUs (FOR SHARE, allocation.leases) still waits.
+        host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
         host.admin_state = admin_state
         host.state = Host.derive_state(host.reported_state, admin_state)
         host.save(update_fields=["admin_state", "state"])

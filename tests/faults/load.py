@@ -1,0 +1,180 @@
+"""The fault suite's load: API clients in processes of their own (`python -m tests.faults.load SPEC`),
+so the load never shares an interpreter or a GIL with the processes it measures or kills.
+
+A member client creates leases (half with an Idempotency-Key, some keys sent twice, which must
+name the same lease), renews and releases its own, and lists; an admin client cordons, drains and
+uncordons hosts, moves GPUs between pools and changes quotas. Each client writes one JSON summary:
+answers per operation and status, every 5xx and every connection error with its wall-clock time
+(a scenario forgives those inside its outage windows only), and latencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import requests
+
+MEMBER_OPS = (("create", 30), ("create_keyed", 10), ("replay", 4), ("renew", 20), ("release", 22),
+              ("get", 8), ("list", 6))
+ADMIN_OPS = (("cordon", 15), ("uncordon", 30), ("drain", 6), ("move", 20), ("quota", 20), ("list", 9))
+MAX_HELD = 6
+
+
+class Client:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.url = spec["url"] + "/api/v1"
+        self.rng = random.Random(spec["seed"])
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Token {spec['token']}"
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self.errors: list[dict[str, Any]] = []  # 5xx and connection failures, with their times
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.held: list[str] = []
+        self.keys: dict[str, tuple[str, dict[str, Any]]] = {}  # Idempotency-Key -> (lease id, body)
+        self.mismatches = 0
+        self.ops = 0
+        self.hosts: list[int] = []
+        self.gpus: list[tuple[str, str]] = []
+        self.quotas: list[int] = []
+
+    # --- one request, counted ----------------------------------------------------------------
+    def call(self, op: str, method: str, path: str, **kwargs: Any) -> requests.Response | None:
+        began = time.time()
+        try:
+            response = self.http.request(method, self.url + path, timeout=30, **kwargs)
+        except requests.RequestException as error:
+            self.counts[op]["conn"] += 1
+            self.errors.append({"t": began, "op": op, "status": 0, "detail": type(error).__name__})
+            return None
+        self.latency[op].append(time.time() - began)
+        self.counts[op][str(response.status_code)] += 1
+        if response.status_code >= 500:
+            self.errors.append({"t": began, "op": op, "status": response.status_code,
+                                "json": response.headers.get("content-type", "").startswith("application/json"),
+                                "retry_after": response.headers.get("retry-after"),
+                                "detail": response.text[:300]})
+        return response
+
+    # --- member operations -------------------------------------------------------------------
+    def body(self) -> dict[str, Any]:
+        return {"pool": self.rng.choice(self.spec["pools"]), "gpus": self.rng.choice((1, 1, 2, 2, 4)),
+                "ttl_seconds": self.rng.choice((20, 60, 300))}
+
+    def create(self, key: str | None = None, body: dict[str, Any] | None = None, op: str = "create") -> None:
+        headers = {"Idempotency-Key": key} if key else {}
+        response = self.call(op, "POST", "/leases/", json=body or self.body(), headers=headers)
+        if response is None or response.status_code not in (200, 201):
+            return
+        lease = response.json()["id"]
+        if op == "replay":  # the same key again: the same lease, not a second one
+            self.mismatches += key is not None and self.keys[key][0] != lease
+            return
+        self.held.append(lease)
+        if key:
+            self.keys[key] = (lease, body or {})
+
+    def member_op(self, op: str) -> None:
+        if op in ("create", "create_keyed") and len(self.held) >= MAX_HELD:
+            op = "release"
+        if op in ("renew", "release", "get") and not self.held:
+            op = "create"
+        if op == "create":
+            self.create()
+        elif op == "create_keyed":
+            self.create(key=str(uuid.UUID(int=self.rng.getrandbits(128))), body=self.body())
+        elif op == "replay" and self.keys:
+            key = self.rng.choice(list(self.keys)[-50:])
+            self.create(key=key, body=self.keys[key][1], op="replay")
+        elif op == "renew":
+            self.call("renew", "POST", f"/leases/{self.rng.choice(self.held)}/renew/", json={"ttl_seconds": 300})
+        elif op == "release":
+            lease = self.held.pop(self.rng.randrange(len(self.held)))
+            self.call("release", "POST", f"/leases/{lease}/release/")
+        elif op == "get":
+            self.call("get", "GET", f"/leases/{self.rng.choice(self.held)}/")
+        else:
+            self.call("list", "GET", "/leases/", params={"state": "pending", "page_size": 20})
+
+    # --- admin operations --------------------------------------------------------------------
+    def admin_setup(self) -> None:
+        hosts = self.call("setup", "GET", "/hosts/", params={"page_size": 500})
+        gpus = self.call("setup", "GET", "/gpus/", params={"page_size": 1000})
+        quotas = self.call("setup", "GET", "/quotas/", params={"page_size": 500})
+        assert hosts is not None and gpus is not None and quotas is not None, "the API is down at start"
+        self.hosts = [h["id"] for h in _items(hosts.json()) if h["source"] in self.spec["sources"]]
+        self.gpus = [(g["uuid"], g["pool"]) for g in _items(gpus.json()) if g["pool"] in self.spec["pools"]]
+        self.quotas = [q["id"] for q in _items(quotas.json())]
+
+    def admin_op(self, op: str) -> None:
+        if op in ("cordon", "uncordon", "drain"):
+            self.call(op, "POST", f"/hosts/{self.rng.choice(self.hosts)}/{op}/")
+        elif op == "move":
+            gpu, _ = self.rng.choice(self.gpus)
+            self.call("move", "POST", f"/gpus/{gpu}/move/", json={"pool": self.rng.choice(self.spec["pools"])})
+        elif op == "quota":
+            self.call("quota", "PATCH", f"/quotas/{self.rng.choice(self.quotas)}/",
+                      json={"guaranteed": self.rng.randrange(0, 9)})
+        else:
+            self.call("list", "GET", "/hosts/")
+
+    def admin_finish(self) -> None:
+        """Leave every host schedulable, so 'nothing eligible stuck pending' can be judged."""
+        for host in self.hosts:
+            for _ in range(50):
+                response = self.call("uncordon", "POST", f"/hosts/{host}/uncordon/")
+                if response is not None and response.status_code < 500:
+                    break
+                time.sleep(0.5)
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        admin = self.spec.get("admin", False)
+        if admin:
+            self.admin_setup()
+        table = ADMIN_OPS if admin else MEMBER_OPS
+        names, weights = [n for n, _ in table], [w for _, w in table]
+        deadline = time.time() + self.spec.get("duration_s", 1e9)
+        stop_file = self.spec.get("stop_file")
+        while self.ops < self.spec.get("ops", 10**9) and time.time() < deadline:
+            if stop_file and self.ops % 20 == 0 and _exists(stop_file):
+                break
+            op = self.rng.choices(names, weights)[0]
+            (self.admin_op if admin else self.member_op)(op)
+            self.ops += 1
+            if admin:
+                time.sleep(self.spec.get("admin_pause_s", 0.05))
+        if admin:
+            self.admin_finish()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        return {"client": self.spec["name"], "ops": self.ops, "counts": {k: dict(v) for k, v in self.counts.items()},
+                "errors": self.errors, "idempotency_mismatches": self.mismatches,
+                "latency": {k: sorted(v) for k, v in self.latency.items()}}
+
+
+def _items(payload: Any) -> list[dict[str, Any]]:
+    return list(payload["results"] if isinstance(payload, dict) else payload)
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    summary = Client(spec).run()
+    with open(spec["out"], "w") as out:
+        json.dump(summary, out)
+
+
+if __name__ == "__main__":
+    main()

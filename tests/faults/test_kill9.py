@@ -1,0 +1,152 @@
+"""Fault scenario (b): `kill -9` under load, of a worker in the middle of scheduling passes, of the
+web server, and of beat (and two beats at once, then none).
+
+A kill takes the process group (Celery's and gunicorn's pool workers too), as the OOM killer or a
+lost node would. A worker is killed while it holds a pool's scheduling lock (seen in pg_locks,
+named by its `application_name`): its pass's transaction dies with its connection, nothing of it
+is half-written, and the other worker's passes go on. A probe lease in a pool of its own (the load
+never touches it) measures how soon scheduling answers after each kill.
+
+`make test`: 5 worker kills, 2 web kills; `make faults`: 100 and 10."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+
+from tests.faults.agent_fixtures import Figures, wait_until
+from tests.faults.invariants import Sampler
+from tests.faults.scenario import FULL, Load, errors_outside, p, record_load, settle_and_check
+from tests.faults.stack import Proc, Stack
+
+WORKER_KILLS = 100 if FULL else 5
+WEB_KILLS = 10 if FULL else 2
+IN_FLIGHT_S = 2.0
+POOL_LOCKS = 0x6770  # core.db.POOL_LOCKS: the advisory lock a pass holds on its pool
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(3600 if FULL else 600)]
+
+
+def pass_lock_holder(conn: Any) -> str | None:
+    """The application_name of the process holding a pool's scheduling lock now, if any."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint >> 16 = %s LIMIT 1",
+                    [POOL_LOCKS])
+        row = cur.fetchone()
+    return str(row[0]) if row else None
+
+
+def probe(stack: Stack, http: Any) -> float:
+    """Create a 1-GPU lease in the probe pool; seconds until a pass granted it (then released)."""
+    began = time.monotonic()
+    lease = http.post(f"{stack.url}/api/v1/leases/", json={"pool": "probe", "gpus": 1, "ttl_seconds": 60},
+                      timeout=30).json()["id"]
+    granted = wait_until(lambda: http.get(f"{stack.url}/api/v1/leases/{lease}/", timeout=30).json()["state"]
+                         == "granted", timeout=60, interval=0.05)
+    elapsed = time.monotonic() - began
+    http.post(f"{stack.url}/api/v1/leases/{lease}/release/", timeout=30)
+    assert granted, f"probe lease {lease} not granted in 60 s\n{stack.dump_logs()}"
+    return elapsed
+
+
+def test_kill9_of_a_worker_in_the_middle_of_passes(stack: Stack, tmp_path: Path) -> None:
+    figures = Figures("kill9_worker")
+    figures["mode"] = "full" if FULL else "reduced"
+    http = stack.http("admin")
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    load = Load(stack, tmp_path, duration_s=3600).start()
+    rng = random.Random(7)
+    mid_pass, restarts, recoveries = 0, [], []
+    watch = psycopg2.connect(stack.pg.url())
+    watch.autocommit = True
+    for _ in range(WORKER_KILLS):
+        holder = wait_until(lambda: pass_lock_holder(watch), timeout=10, interval=0.005)
+        name = holder if holder in ("worker-a", "worker-b") else rng.choice(("worker-a", "worker-b"))
+        mid_pass += holder == name
+        stack.procs[name].kill9()
+        recoveries.append(probe(stack, http))  # the other worker schedules meanwhile
+        restarts.append(stack.procs[name].start())
+    watch.close()
+    merged = load.finish()
+    record_load(figures, merged)
+    figures["faults_injected"] = f"{WORKER_KILLS} × kill -9 of a worker (process group)"
+    figures["kills_mid_pass"] = mid_pass
+    figures["probe_grant_after_kill_s"] = {"p50": p(recoveries, 0.5) / 1000, "max": round(max(recoveries), 2)}
+    figures["worker_restart_s"] = {"p50": p(restarts, 0.5) / 1000, "max": round(max(restarts), 2)}
+    failures = errors_outside(merged, [])
+    figures["5xx_or_conn_errors"] = len(failures)
+    settle_and_check(stack, figures, sampler)
+    assert not failures, failures[:10]
+    assert mid_pass >= WORKER_KILLS // 2, f"only {mid_pass} of {WORKER_KILLS} kills caught a pass in flight"
+
+
+def test_kill9_of_the_web_server_under_load(stack: Stack, tmp_path: Path) -> None:
+    figures = Figures("kill9_web")
+    figures["mode"] = "full" if FULL else "reduced"
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    load = Load(stack, tmp_path, duration_s=3600).start()
+    windows, downtime = [], []
+    web = stack.procs["web"]
+    for _ in range(WEB_KILLS):
+        time.sleep(3)  # under load for a while first
+        began = time.time()
+        web.kill9()
+        downtime.append(web.start())
+        # Requests in flight when it died fail too: the window opens a little before the kill.
+        windows.append((began - IN_FLIGHT_S, time.time() + 0.5))
+    time.sleep(3)
+    merged = load.finish()
+    record_load(figures, merged)
+    figures["faults_injected"] = f"{WEB_KILLS} × kill -9 of gunicorn (master and workers)"
+    figures["web_back_after_s"] = {"p50": p(downtime, 0.5) / 1000, "max": round(max(downtime), 2)}
+    during = [e for e in merged["errors"] if e not in errors_outside(merged, windows)]
+    figures["failed_requests_during_outages"] = len(during)
+    figures["5xx_during_outages"] = sum(1 for e in during if e["status"] >= 500)
+    failures = errors_outside(merged, windows)
+    figures["5xx_or_conn_errors_outside_outages"] = len(failures)
+    settle_and_check(stack, figures, sampler)
+    assert not failures, failures[:10]
+
+
+def _beat_sent(proc: Proc) -> int:
+    return proc.log_since_start().count("Sending due task schedule-pass")
+
+
+def test_kill9_of_beat_and_two_beats_and_none(stack: Stack, tmp_path: Path) -> None:
+    figures = Figures("kill9_beat")
+    http = stack.http("admin")
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    load = Load(stack, tmp_path, duration_s=3600).start()
+    beat = stack.procs["beat"]
+    # Killed: the next periodic pass is sent within one interval of the restart.
+    beat.kill9()
+    none_probe = probe(stack, http)  # no beat at all: event-driven passes still grant
+    began = time.monotonic()
+    beat.start()
+    assert wait_until(lambda: _beat_sent(beat) > 0, timeout=30), beat.tail()
+    figures["beat_first_pass_after_restart_s"] = round(time.monotonic() - began, 2)
+    figures["probe_grant_with_no_beat_s"] = round(none_probe, 2)
+    # Two beats at once for a while: every periodic task twice, harmless.
+    second = Proc("beat-2", [*beat.argv[:-1], str(tmp_path / "beat-2-schedule")], stack.env("beat-2"),
+                  tmp_path / "beat-2.log", beat.ready)
+    second.start()
+    time.sleep(12)
+    figures["second_beat_passes_sent"] = _beat_sent(second)
+    second.kill9()
+    merged = load.finish()
+    record_load(figures, merged)
+    figures["faults_injected"] = "kill -9 of beat, no beat, two beats for 12 s"
+    failures = errors_outside(merged, [])
+    figures["5xx_or_conn_errors"] = len(failures)
+    settle_and_check(stack, figures, sampler)
+    assert figures["second_beat_passes_sent"] > 0
+    assert not failures, failures[:10]

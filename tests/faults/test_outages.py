@@ -1,0 +1,143 @@
+"""Fault scenarios (c) and (d): Redis down, and PostgreSQL restarted, under load.
+
+Redis (broker and cache) down: the API keeps answering and keeps accepting leases, which wait
+pending; once Redis is back (empty: it keeps nothing on disk), passes resume within 10 s and every
+lease created during the outage is granted without anyone asking again (no lost trigger).
+
+PostgreSQL restarted (fast shutdown, down a while, started again): while it is down every API
+answer is a JSON 503 with Retry-After, never an HTML page or a stack trace; once it is back, web
+and workers recover by themselves, no process restarted.
+
+`make test`: Redis down 10 s, PostgreSQL down 5 s; `make faults`: 60 s and 30 s."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.faults.agent_fixtures import Figures, wait_until
+from tests.faults.invariants import Sampler
+from tests.faults.scenario import FULL, Load, errors_outside, p, record_load, settle_and_check
+from tests.faults.stack import Stack
+
+REDIS_DOWN_S = 60 if FULL else 10
+PG_DOWN_S = 30 if FULL else 5
+PROBES = 8
+#: How soon after PostgreSQL is back every request must succeed again.
+PG_RECOVERY_BOUND_S = 10
+
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(1800 if FULL else 600)]
+
+
+def _create_probe(stack: Stack, http: requests.Session) -> tuple[int, str | None, float]:
+    began = time.monotonic()
+    response = http.post(f"{stack.url}/api/v1/leases/", json={"pool": "probe", "gpus": 1, "ttl_seconds": 300},
+                         timeout=30)
+    lease = response.json().get("id") if response.status_code == 201 else None
+    return response.status_code, lease, time.monotonic() - began
+
+
+def _states(stack: Stack, http: requests.Session, leases: list[str]) -> list[str]:
+    return [http.get(f"{stack.url}/api/v1/leases/{lease}/", timeout=30).json()["state"] for lease in leases]
+
+
+def test_redis_down_the_api_accepts_leases_and_passes_resume_after(stack: Stack, tmp_path: Path) -> None:
+    figures = Figures("redis_down")
+    figures["mode"] = "full" if FULL else "reduced"
+    http = stack.http("admin")
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    load = Load(stack, tmp_path, duration_s=3600).start()
+    time.sleep(3)
+    stack.redis.kill()
+    down_at = time.monotonic()
+    probes: list[str] = []
+    latencies: list[float] = []
+    statuses: list[int] = []
+    while time.monotonic() - down_at < REDIS_DOWN_S:
+        status, lease, took = _create_probe(stack, http)
+        statuses.append(status)
+        latencies.append(took)
+        if lease and len(probes) < PROBES:
+            probes.append(lease)
+        time.sleep(max(0.0, REDIS_DOWN_S / PROBES - took))
+    still_pending = _states(stack, http, probes)
+    stack.redis.start()
+    back_at = time.monotonic()
+    first = wait_until(lambda: "granted" in _states(stack, http, probes), timeout=60, interval=0.1)
+    first_s = time.monotonic() - back_at
+    every = wait_until(lambda: set(_states(stack, http, probes)) == {"granted"}, timeout=60, interval=0.1)
+    all_s = time.monotonic() - back_at
+    for lease in probes:
+        http.post(f"{stack.url}/api/v1/leases/{lease}/release/", timeout=30)
+    merged = load.finish()
+    record_load(figures, merged)
+    figures["faults_injected"] = f"redis-server killed, down {REDIS_DOWN_S} s, restarted empty"
+    figures["leases_created_during_outage"] = statuses.count(201)
+    figures["create_during_outage_ms"] = {"p50": p(latencies, 0.5), "max": round(1000 * max(latencies), 1)}
+    # A pass already running or fetched when Redis went may grant the first of them.
+    figures["granted_during_outage"] = still_pending.count("granted")
+    figures["first_pass_after_redis_back_s"] = round(first_s, 2)
+    figures["all_outage_leases_granted_after_s"] = round(all_s, 2)
+    failures = errors_outside(merged, [])
+    figures["5xx_or_conn_errors"] = len(failures)
+    settle_and_check(stack, figures, sampler)
+    assert set(statuses) == {201}, f"lease creation during the outage answered {sorted(set(statuses))}"
+    assert first and every, f"leases created while Redis was down not granted after it returned\n{stack.dump_logs()}"
+    assert all_s <= 10, f"passes resumed {all_s:.1f} s after Redis returned (bound: 10 s)"
+    assert not failures, failures[:10]
+
+
+def _is_json_503(error: dict[str, Any]) -> bool:
+    return bool(error["status"] == 503 and error.get("json") and error.get("retry_after"))
+
+
+def test_postgres_restart_gives_json_503_then_everything_recovers(stack: Stack, tmp_path: Path) -> None:
+    figures = Figures("postgres_restart")
+    figures["mode"] = "full" if FULL else "reduced"
+    http = stack.http("admin")
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    load = Load(stack, tmp_path, duration_s=3600).start()
+    time.sleep(3)
+    stopped_at = time.time()
+    stack.pg.stop()
+    checks = []
+    while time.time() - stopped_at < PG_DOWN_S:  # the API as a client sees it during the outage
+        for path in ("/api/v1/leases/", "/api/v1/pools/", "/api/v1/gpus/?pool=a"):
+            response = http.get(f"{stack.url}{path}", timeout=30)
+            checks.append((response.status_code, response.headers.get("content-type", ""),
+                           response.headers.get("retry-after"), response.text[:200]))
+        time.sleep(0.5)
+    stack.pg.start()
+    back_at = time.time()
+    ok = wait_until(lambda: http.get(f"{stack.url}/api/v1/pools/", timeout=30).status_code == 200, timeout=60)
+    web_s = time.time() - back_at
+    status, lease, _ = _create_probe(stack, http)
+    assert lease is not None, f"no lease after PostgreSQL came back ({status})"
+    granted = wait_until(lambda: _states(stack, http, [lease])[0] == "granted", timeout=60, interval=0.1)
+    worker_s = time.time() - back_at
+    http.post(f"{stack.url}/api/v1/leases/{lease}/release/", timeout=30)
+    time.sleep(3)
+    merged = load.finish()
+    record_load(figures, merged)
+    window = (stopped_at - 2, back_at + PG_RECOVERY_BOUND_S)
+    during = [e for e in merged["errors"] if window[0] <= e["t"] <= window[1]]
+    failures = errors_outside(merged, [window])
+    figures["faults_injected"] = f"PostgreSQL fast shutdown, down {PG_DOWN_S} s, started again"
+    figures["answers_during_outage"] = len(checks) + len(during)
+    figures["json_503_with_retry_after"] = sum(1 for c in checks if c[0] == 503 and "json" in c[1] and c[2]) + sum(
+        1 for e in during if _is_json_503(e))
+    figures["web_recovered_after_s"] = round(web_s, 2)
+    figures["worker_granted_after_s"] = round(worker_s, 2)
+    figures["errors_outside_outage"] = len(failures)
+    settle_and_check(stack, figures, sampler)
+    bad = [c for c in checks if not (c[0] == 503 and "application/json" in c[1] and c[2])]
+    assert not bad, f"answers during the outage that are not JSON 503 with Retry-After: {bad[:5]}"
+    assert not [e for e in during if e["status"] and not _is_json_503(e)], during[:5]
+    assert ok and status == 201 and granted, f"not recovered\n{stack.dump_logs()}"
+    assert not failures, failures[:10]
