@@ -153,8 +153,6 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     if one_statement_writes():
         if not hold:
             lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
-            if lease.host_id is not None:  # a pending lease holds no GPUs
-                lock_hosts_of([lease.pk])
         ctes = [("ended_lease", update_sql(lease)), ("end_event", insert_sql(event))]
         if lease.granted_at is not None:
             ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
@@ -209,21 +207,6 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
     return kept
 
 
-def lock_hosts_of(lease_ids: Sequence[Any]) -> None:
-    """Share-lock, in id order, the hosts of the GPUs these leases hold, before their GPUs are
-    freed: the order every writer keeps is lease, host, GPU (a cordon locks its host, then the
-    host's GPUs), so freeing waits for a cordon in flight instead of deadlocking with it, and
-    derives the freed GPUs' state from the host state that cordon committed."""
-    if connection.vendor != "postgresql" or not lease_ids:
-        return
-    ids = [Lease._meta.pk.get_db_prep_value(pk, connection) for pk in lease_ids]
-    links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT h.id FROM {hosts} AS h WHERE h.id IN (SELECT g.host_id FROM {gpus} AS g "
-                    f"JOIN {links} AS lg ON lg.gpu_id = g.id WHERE lg.active AND lg.lease_id = ANY(%s)) "
-                    "ORDER BY h.id FOR SHARE", [ids])
-
-
 def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> list[tuple[str, Statement]]:
     """lease_free_gpus as CTEs: links deactivated, GPUs unleased with their state derived again
     (the rule of inventory.services.gpu_derive_state, in SQL), `ending_since` cleared. The
@@ -232,15 +215,22 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
     links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
     # FOR SHARE: a cordon or drain of the host committing while this statement runs is waited
     # for and its state read, or a freed GPU on a just-cordoned host would show `free`.
-    # The hosts are share-locked already (lock_hosts_of): their committed state is read.
-    gpu_state = gpu_state_sql(gpu="g", host_state=f"(SELECT h.state FROM {hosts} AS h WHERE h.id = g.host_id)",
+    # Lock order, as every writer keeps it: lease (the caller's), host, GPU. `host_locks`
+    # share-locks the hosts first (the EXISTS below is a one-time filter, run before any GPU row
+    # is locked), so freeing waits for a cordon in flight instead of deadlocking with it; and the
+    # freed GPUs' state comes from the locked host rows, which are the committed versions, not
+    # from this statement's snapshot (a cordon committing meanwhile would read as ready: `free`).
+    gpu_state = gpu_state_sql(gpu="g", host_state="(SELECT hl.state FROM host_locks AS hl WHERE hl.id = g.host_id)",
                               leased="false")
     ctes: list[tuple[str, Statement]] = [
         ("freed_links", (f"UPDATE {links} SET active = false WHERE active AND lease_id = ANY(%s) RETURNING gpu_id",
                          [ids])),
+        ("host_locks", (f"SELECT h.id, h.state FROM {hosts} AS h WHERE h.id IN (SELECT g.host_id FROM {gpus} AS g "
+                        f"JOIN {links} AS lg ON lg.gpu_id = g.id WHERE lg.active AND lg.lease_id = ANY(%s)) "
+                        "ORDER BY h.id FOR SHARE", [ids])),
         # GPU rows locked in id order, as every multi-row GPU writer does (inventory.bulk.bulk_set).
         ("locked_gpus", (f"SELECT id FROM {gpus} WHERE id IN (SELECT gpu_id FROM freed_links) "
-                         "ORDER BY id FOR UPDATE", [])),
+                         "AND EXISTS (SELECT 1 FROM host_locks) ORDER BY id FOR UPDATE", [])),
         ("freed_gpus", (f"UPDATE {gpus} AS g SET leased = false, state = {gpu_state} "
                         "WHERE g.id IN (SELECT id FROM locked_gpus)", [])),
     ]
@@ -253,7 +243,6 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
 def lease_free_gpus(lease_ids: Sequence[Any]) -> int:
     """Deactivate the GPU links of ended leases and mark their GPUs free again."""
     if one_statement_writes():
-        lock_hosts_of(lease_ids)
         return int(execute_as_one(_free_gpus_ctes(lease_ids), ("SELECT count(*) FROM freed_links", []))[0][0])
     with transaction.atomic():
         gpu_ids = list(LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True)

@@ -51,7 +51,7 @@ EXTRA_CHECKS = {
 }
 
 ELIGIBLE_PENDING = """
-SELECT l.id, l.gpu_count, p.name FROM allocation_lease l JOIN inventory_pool p ON p.id = l.pool_id
+SELECT l.id, l.gpu_count, p.name, l.reason FROM allocation_lease l JOIN inventory_pool p ON p.id = l.pool_id
 WHERE l.state = 'pending' AND l.gpu_count <= (
   SELECT COALESCE(MAX(free), 0) FROM (
     SELECT COUNT(*) AS free FROM inventory_gpu g JOIN inventory_host h ON h.id = g.host_id
@@ -90,12 +90,13 @@ def final_check(url: str) -> dict[str, list[str]]:
         conn.close()
 
 
-def eligible_pending(url: str) -> list[tuple[str, int, str]]:
+def eligible_pending(url: str) -> list[tuple[str, int, str, str]]:
+    """(id, GPUs, pool, reason) of each pending lease that fits on a schedulable host now."""
     conn = connect(url)
     try:
         with conn.cursor() as cur:
             cur.execute(ELIGIBLE_PENDING)
-            return [(str(i), n, p) for i, n, p in cur.fetchall()]
+            return [(str(i), n, p, r) for i, n, p, r in cur.fetchall()]
     finally:
         conn.close()
 
