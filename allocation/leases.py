@@ -57,6 +57,17 @@ def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease 
     )
 
 
+def end_time(lease: Lease, now: datetime) -> datetime:
+    """When a lease ending at `now` ends: never before it was granted. `now` may be a clock read
+    taken before the scheduling pass, in another transaction, stamped `granted_at` from its own
+    read: a release whose locked read started (taking the transaction's time) just before the
+    pass read its clock, and then waited for the pass's lock on the lease row, finds the lease
+    granted after its `now`; a process clock behind the database's does the same. The lease then
+    ends at its grant, a zero duration, never a negative one in the lease row, the fair-share
+    ledger or the GPU-hour meter."""
+    return max(now, lease.granted_at) if lease.granted_at is not None else now
+
+
 def _transition_data(previous: str, target: str, extra: dict[str, Any] | None) -> dict[str, Any]:
     return {"from": previous, "to": target, **(extra or {})}
 
@@ -76,7 +87,7 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
     lease.state = target
     lease.reason = reason
     if target in END_STATES:
-        lease.ended_at = now
+        lease.ended_at = end_time(lease, now)
         lease.queue_position = None
         lease.estimated_start = None
     if target == S.PENDING:
@@ -143,8 +154,9 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
     On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
-    GPU-hour meter, the freed links and GPUs) is one statement."""
-    now = now or timezone.now()
+    GPU-hour meter, the freed links and GPUs) is one statement. A `now` before the lease's grant
+    counts as the grant's time (`end_time`)."""
+    now = end_time(lease, now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce)
     from allocation.ledger import ledger_close, ledger_close_sql
@@ -197,7 +209,9 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
     from allocation.ledger import ledger_close_many
     from allocation.metering import meter_close
 
-    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, now)
+    # Each closed at its own end (`end_time`: never before its grant); the meter clamps the
+    # shared `now` to each row's start (its grant) itself.
+    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, end_time(lease, now))
                       for lease in leases if lease.granted_at is not None)
     meter_close([lease.pk for lease in leases if lease.granted_at is not None], now)
     bulk_update_fast(Lease, leases, [*END_FIELDS, *fields])
@@ -213,8 +227,6 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
     CTE `freed_links` returns the GPU ids."""
     ids = [Lease._meta.pk.get_db_prep_value(pk, connection) for pk in lease_ids]
     links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
-    # FOR SHARE: a cordon or drain of the host committing while this statement runs is waited
-    # for and its state read, or a freed GPU on a just-cordoned host would show `free`.
     # Lock order, as every writer keeps it: lease (the caller's), host, GPU. `host_locks`
     # share-locks the hosts first (the EXISTS below is a one-time filter, run before any GPU row
     # is locked), so freeing waits for a cordon in flight instead of deadlocking with it; and the

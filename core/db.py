@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import cast
+from typing import ParamSpec, TypeVar, cast
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.utils import timezone
+
+P = ParamSpec("P")
+R = TypeVar("R")
+logger = logging.getLogger(__name__)
+
+# SQLSTATEs after which the whole transaction may simply be run again: PostgreSQL aborted it to
+# break a lock cycle (40P01 deadlock_detected) or a serialisation conflict (40001).
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 
 # Namespaces of advisory lock keys (two ASCII letters in the high bits), one per kind of object,
 # so a pool's lock and a source's lock with the same id never collide.
@@ -43,3 +56,55 @@ def db_now() -> datetime:
             cur.execute("SELECT clock_timestamp()")
             return cast(datetime, cur.fetchone()[0])
     return timezone.now()
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether `error` (Django's wrapper, or the driver's own exception) is a deadlock or a
+    serialisation failure. Django raises its own OperationalError with the driver's exception as
+    `__cause__`: psycopg2 names the SQLSTATE `pgcode`, psycopg 3 `sqlstate`."""
+    for exc in (error, error.__cause__):
+        if (getattr(exc, "pgcode", None) or getattr(exc, "sqlstate", None)) in RETRYABLE_SQLSTATES:
+            return True
+    return False
+
+
+def retry_on_deadlock(attempts: int = 3, *, backoff_s: float = 0.05,
+                      using: str = DEFAULT_DB_ALIAS) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a function whose transaction PostgreSQL may abort as a deadlock victim (or for a
+    serialisation failure): it is run again, up to `attempts` times in all, after a short jittered
+    backoff (about `backoff_s`, doubling each time, so two victims do not collide again in step).
+    The last failure is re-raised.
+
+    Only a call that opens the outermost transaction is retried. Called inside an atomic block
+    the error is re-raised at once: the transaction is the caller's, and so are the locks that
+    closed the cycle. Running this part again inside it would queue behind the same locks, on a
+    transaction that is aborted (or, from a savepoint, whose earlier reads may no longer hold);
+    only whoever opens the outermost transaction can start it again. Every other error passes
+    through.
+
+    The function must be safe to run again from the top: it re-reads what it decides on inside
+    its transaction (what a rolled-back attempt wrote, and its on_commit callbacks, are gone)."""
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(func)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            attempt = 1
+            while True:
+                outermost = not connections[using].in_atomic_block
+                try:
+                    return func(*args, **kwargs)
+                except DatabaseError as error:
+                    if not outermost or attempt >= attempts or not is_retryable(error):
+                        raise
+                    delay = backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                    first_line = (str(error).splitlines() or [type(error).__name__])[0]
+                    logger.warning("%s: %s (attempt %d of %d); running it again in %.0f ms",
+                                   func.__qualname__, first_line, attempt, attempts, delay * 1000)
+                    time.sleep(delay)
+                    attempt += 1
+
+        return run
+
+    return decorate

@@ -11,26 +11,53 @@ from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.leases import audit, lease_end
 from allocation.models import Lease, Quota, Team
 from allocation.triggers import request_pass, request_unbind
+from core.db import db_now, retry_on_deadlock
 from core.errors import DomainError
 from inventory.models import Host
 from inventory.services import host_cordon, host_drain, host_uncordon
 
 
+@retry_on_deadlock()
 def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
-    """cordon: no new leases; drain: cordon and end its leases with notice; uncordon: undo."""
+    """cordon: no new leases; drain: cordon and end its leases with notice; uncordon: undo.
+
+    Locks in the order every lease write takes them: the leases first, then the host and its
+    GPUs (lease_release, the reaper and the pass's preemptions lock a lease, then write its GPUs
+    and read its host). Run again if PostgreSQL picks it as a deadlock victim all the same."""
     actions = {"cordon": host_cordon, "drain": host_drain, "uncordon": host_uncordon}
     if verb not in actions:
         raise DomainError(f"unknown host action {verb!r}")
     with transaction.atomic():
+        # A drain that locked the host first and then waited for a lease that a release held
+        # closed a cycle with any lease write that then touched the host or its GPUs; and a GPU
+        # that release freed meanwhile was stored as free (from the host row as it was before
+        # the uncommitted drain) on a draining host. With the leases locked first, a release
+        # either finishes before the host is touched (the GPU refresh below then sees its GPUs
+        # free) or finds its lease already preempted.
+        leases = _holding_leases_locked(host) if verb == "drain" else []
         host = actions[verb](host=host)
         audit(actor=actor, action=f"host.{verb}", obj=host, message=f"{verb} host {host.name}").save()
-        if verb == "drain":
-            for lease in Lease.objects.select_for_update().filter(host=host, state__in=HOLDING_STATES):
-                lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True,
-                          reason=f"host {host.name} drained by {actor}")
-                if lease.binding_status.get("handle"):
-                    transaction.on_commit(partial(request_unbind, lease.pk))
+        # Lease times on the database's clock, the one their grants were stamped by: this
+        # process's may be minutes off (core.db.db_now).
+        now = db_now() if leases else None
+        # Each end locks its team's fair-share ledger row: in team order, the order every other
+        # writer of several takes them in (ledger_close_many), or two drains (or a drain and a
+        # pass's preemptions) ending leases of teams a and b lock their rows the other way round.
+        for lease in sorted(leases, key=lambda lease: lease.team_id):
+            lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True, now=now,
+                      reason=f"host {host.name} drained by {actor}")
+            if lease.binding_status.get("handle"):
+                transaction.on_commit(partial(request_unbind, lease.pk))
     return host
+
+
+def _holding_leases_locked(host: Host) -> list[Lease]:
+    """The host's granted and bound leases, their rows locked FOR UPDATE (only theirs: `of`), in
+    the model's order (newest first), the order the pass locks its preemption victims in. A
+    lease another transaction ended while this one waited for it is left out: PostgreSQL checks
+    the state again on the row it waited for."""
+    return list(Lease.objects.select_for_update(of=("self",))
+                .filter(host_id=host.pk, state__in=HOLDING_STATES))
 
 
 def _text(key: str, value: int | None) -> str:

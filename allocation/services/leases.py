@@ -22,7 +22,7 @@ from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass, request_unbind
-from core.db import db_now
+from core.db import db_now, retry_on_deadlock
 from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
 from inventory.choices import HostState
@@ -233,11 +233,13 @@ def _locked(lease: Lease | Any, visible_to: Any = None) -> tuple[Lease, datetime
     return locked, row["db_now"]
 
 
+@retry_on_deadlock()
 def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_to: Any = None) -> Lease:
     """End a lease by its owner. Idempotent: releasing an ended lease returns it unchanged.
     `lease` is an instance or an id; with `visible_to`, a lease that user may not see is
     NotFound. The lease comes back as ended, ready to render (see `_locked`). On PostgreSQL:
-    BEGIN, one locked read, one write (lease_end), COMMIT."""
+    BEGIN, one locked read, one write (lease_end), COMMIT. Locks the lease, then writes its GPUs
+    (the order a drain keeps too); run again from the locked read if it is a deadlock victim."""
     with transaction.atomic():
         lease, now = _locked(lease, visible_to)
         if lease.state in END_STATES:
