@@ -90,6 +90,22 @@ def final_check(url: str) -> dict[str, list[str]]:
         conn.close()
 
 
+ENDING = "SELECT COUNT(*) FROM allocation_lease WHERE ending_since IS NOT NULL"
+
+
+def ending_leases(url: str) -> int:
+    """Leases that ended but still hold GPUs (a drain's notice, a workload stopping): a pass
+    keeps free GPUs beside them for the requests waiting for those, so 'eligible' is judged once
+    there are none."""
+    conn = connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(ENDING)
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
 def eligible_pending(url: str) -> list[tuple[str, int, str, str]]:
     """(id, GPUs, pool, reason) of each pending lease that fits on a schedulable host now."""
     conn = connect(url)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.agent_fixtures import Figures, wait_until
-from tests.faults.invariants import Sampler, eligible_pending, final_check
+from tests.faults.invariants import Sampler, eligible_pending, ending_leases, final_check
 from tests.faults.stack import Stack
 from tests.support.processes import REPO
 
@@ -127,14 +127,16 @@ def settle_and_check(stack: Stack, figures: Figures, sampler: Sampler, timeout: 
 
     'Eligible' is judged by SQL (fits in the free GPUs of one ready host of its pool), which is
     blunter than the policy: a pass rightly keeps free GPUs for an earlier request waiting for
-    GPUs being freed on the same host. The load's leases all end within a minute of it stopping
-    (TTLs ≤ 60 s), so the wait is bounded; the figure says how long it took."""
+    GPUs being freed on the same host (a drain's notice: until the grace period ends). The load's
+    leases all end within a minute of it stopping (TTLs ≤ 60 s) and notices within their grace,
+    so the wait is bounded; the figure says how long it took."""
     began = time.monotonic()
     at_stop = eligible_pending(stack.pg.url())
     figures["eligible_pending_at_stop"] = len(at_stop)
     if at_stop:  # why the pass left them (its own words), to tell policy from a lost trigger
         figures["eligible_pending_reasons"] = sorted({reason for *_, reason in at_stop})[:3]
-    stuck = wait_until(lambda: not eligible_pending(stack.pg.url()), timeout=timeout, interval=0.5)
+    url = stack.pg.url()
+    stuck = wait_until(lambda: not ending_leases(url) and not eligible_pending(url), timeout=timeout, interval=0.5)
     figures["settle_s"] = round(time.monotonic() - began, 2)
     sampler.stop()
     findings = final_check(stack.pg.url())
