@@ -122,6 +122,7 @@ def _beat_sent(proc: Proc) -> int:
 
 def test_kill9_of_beat_and_two_beats_and_none(stack: Stack, tmp_path: Path) -> None:
     figures = Figures("kill9_beat")
+    figures["mode"] = "full" if FULL else "reduced"
     http = stack.http("admin")
     sampler = Sampler(stack.pg.url())
     sampler.start()
