@@ -7,13 +7,40 @@ tests/test_beat_schedule.py checks that every entry names a registered task.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
 from celery.signals import worker_init
+from kombu import Connection
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
-app = Celery("gpupool")
+#: The longest wait between two attempts to reach a broker that is down.
+RECONNECT_MAX_S = 2.0
+
+
+class BrokerConnection(Connection):
+    """kombu's Connection, retrying a broker that is down at most RECONNECT_MAX_S apart.
+
+    kombu waits 2, 4, 6, … up to 30 s between attempts: after Redis was down 60 s, workers and
+    beat reached it again 11 s after it came back, and passes with them (the fault suite's
+    redis_down scenario measured it; the issue asks for 10 s). An attempt on a local broker that
+    refuses costs a millisecond, so the wait is kept short however long the outage."""
+
+    def ensure_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) <= 2:  # (errback, max_retries): the intervals are left to us
+            kwargs.setdefault("interval_start", 1.0)
+            kwargs.setdefault("interval_step", 1.0)
+            kwargs.setdefault("interval_max", RECONNECT_MAX_S)
+        return super().ensure_connection(*args, **kwargs)
+
+
+class BrokerAMQP(AMQP):
+    Connection = BrokerConnection
+
+
+app = Celery("gpupool", amqp=BrokerAMQP)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["inventory", "allocation", "history"])
 

@@ -188,6 +188,9 @@ SCHEDULE_QUEUE = "gpupool.schedule"
 CELERY_TASK_ROUTES = {"allocation.schedule_pass": {"queue": SCHEDULE_QUEUE}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Reconnect to a broker that is down for as long as it takes (every 2 s at most, pool.celery):
+# Celery's default gives up after 100 attempts and stops the worker.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 
 # --- gpupool ------------------------------------------------------------------------------------
 class GpupoolSettings(TypedDict):
