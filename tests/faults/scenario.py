@@ -107,6 +107,16 @@ class Load:
         return merged
 
 
+def begin(stack: Stack, scenario: str, root: Path, **load: Any) -> tuple[Figures, Sampler, Load]:
+    """What every scenario starts with: its figures (mode named), the invariant sampler running,
+    and the load started (by default: until stopped)."""
+    figures = Figures(scenario)
+    figures["mode"] = "full" if FULL else "reduced"
+    sampler = Sampler(stack.pg.url())
+    sampler.start()
+    return figures, sampler, Load(stack, root, **({"duration_s": 3600} | load)).start()
+
+
 def requests_sent(merged: dict[str, Any]) -> int:
     return sum(sum(statuses.values()) for statuses in merged["counts"].values())
 

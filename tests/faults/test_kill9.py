@@ -19,9 +19,8 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.faults.agent_fixtures import Figures, wait_until
-from tests.faults.invariants import Sampler
-from tests.faults.scenario import FULL, Load, errors_outside, p, record_load, settle_and_check
+from tests.faults.agent_fixtures import wait_until
+from tests.faults.scenario import FULL, begin, errors_outside, p, record_load, settle_and_check
 from tests.faults.stack import Proc, Stack
 
 WORKER_KILLS = 100 if FULL else 5
@@ -56,12 +55,8 @@ def probe(stack: Stack, http: Any) -> float:
 
 
 def test_kill9_of_a_worker_in_the_middle_of_passes(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("kill9_worker")
-    figures["mode"] = "full" if FULL else "reduced"
+    figures, sampler, load = begin(stack, "kill9_worker", tmp_path)
     http = stack.http("admin")
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, duration_s=3600).start()
     rng = random.Random(7)
     mid_pass, restarts, recoveries = 0, [], []
     watch = psycopg2.connect(stack.pg.url())
@@ -88,11 +83,7 @@ def test_kill9_of_a_worker_in_the_middle_of_passes(stack: Stack, tmp_path: Path)
 
 
 def test_kill9_of_the_web_server_under_load(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("kill9_web")
-    figures["mode"] = "full" if FULL else "reduced"
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, duration_s=3600).start()
+    figures, sampler, load = begin(stack, "kill9_web", tmp_path)
     windows, downtime = [], []
     web = stack.procs["web"]
     for _ in range(WEB_KILLS):
@@ -121,12 +112,8 @@ def _beat_sent(proc: Proc) -> int:
 
 
 def test_kill9_of_beat_and_two_beats_and_none(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("kill9_beat")
-    figures["mode"] = "full" if FULL else "reduced"
+    figures, sampler, load = begin(stack, "kill9_beat", tmp_path)
     http = stack.http("admin")
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, duration_s=3600).start()
     beat = stack.procs["beat"]
     # Killed: the next periodic pass is sent within one interval of the restart.
     beat.kill9()

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.faults.agent_fixtures import Figures, wait_until
-from tests.faults.invariants import Sampler
-from tests.faults.scenario import FULL, Load, errors_outside, p, record_load, settle_and_check
+from tests.faults.agent_fixtures import wait_until
+from tests.faults.scenario import FULL, begin, errors_outside, p, record_load, settle_and_check
 from tests.faults.stack import Stack
 
 REDIS_DOWN_S = 60 if FULL else 10
@@ -46,12 +45,8 @@ def _states(stack: Stack, http: requests.Session, leases: list[str]) -> list[str
 
 
 def test_redis_down_the_api_accepts_leases_and_passes_resume_after(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("redis_down")
-    figures["mode"] = "full" if FULL else "reduced"
+    figures, sampler, load = begin(stack, "redis_down", tmp_path)
     http = stack.http("admin")
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, duration_s=3600).start()
     time.sleep(3)
     stack.redis.kill()
     down_at = time.monotonic()
@@ -97,12 +92,8 @@ def _is_json_503(error: dict[str, Any]) -> bool:
 
 
 def test_postgres_restart_gives_json_503_then_everything_recovers(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("postgres_restart")
-    figures["mode"] = "full" if FULL else "reduced"
+    figures, sampler, load = begin(stack, "postgres_restart", tmp_path)
     http = stack.http("admin")
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, duration_s=3600).start()
     time.sleep(3)
     stopped_at = time.time()
     stack.pg.stop()

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.agent_fixtures import Figures
-from tests.faults.invariants import Sampler
-from tests.faults.scenario import FULL, MEMBERS, Load, errors_outside, record_load, settle_and_check
+from tests.faults.scenario import FULL, MEMBERS, begin, errors_outside, record_load, settle_and_check
 from tests.faults.stack import Stack
 
 OPS = 100_000 if FULL else 3_000
@@ -21,12 +19,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(5400 if FULL else 600)]
 
 
 def test_storm_of_api_operations_keeps_every_invariant(stack: Stack, tmp_path: Path) -> None:
-    figures = Figures("storm")
-    figures["mode"] = "full" if FULL else "reduced"
+    figures, sampler, load = begin(stack, "storm", tmp_path, ops_each=OPS // len(MEMBERS), duration_s=None)
     figures["faults_injected"] = "none (load only): 8 member clients + 1 admin client, 2 workers, beat"
-    sampler = Sampler(stack.pg.url())
-    sampler.start()
-    load = Load(stack, tmp_path, ops_each=OPS // len(MEMBERS)).start()
     load.stop_admin_when_members_done()
     merged = load.finish()
     record_load(figures, merged)
