@@ -46,8 +46,14 @@ def request_unbind(lease_id: Any) -> None:
     _send(unbind_lease, str(lease_id))
 
 
+# One immediate retry (a pooled connection the broker dropped reconnects on it) and no more:
+# with the broker down, Celery's default policy (3 retries, 0.4 s of waits) kept every lease
+# request 0.6 s longer before giving up; the periodic pass picks the work up either way.
+PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+
+
 def _send(task: Any, *args: Any) -> None:
     try:
-        task.delay(*args)
+        task.apply_async(args, retry_policy=PUBLISH_RETRY)
     except Exception:  # broker down: the periodic beat entries pick the work up later
         logger.warning("could not enqueue %s%r; beat will catch up", task.name, args, exc_info=True)
