@@ -8,7 +8,8 @@ says.
 Facts Kubernetes can and cannot give us:
 
 * Node objects carry no device UUIDs: each advertised unit gets a synthetic one
-  (`k8s_resources.gpu_uuid`).
+  (`k8s_resources.gpu_uuid`), qualified by the source so that two clusters' same-named nodes
+  are two sets of GPUs.
 * Which physical GPU a MIG slice lives on is not visible either. Slices are reported with
   `mig_profile` set and `parent_uuid` **empty**: a synthetic parent would be a GPU row that can
   never be leased, and the counts would not add up.
@@ -77,8 +78,11 @@ _CLOUD_ACCELERATOR_GIB = {
 # --- the parser ---------------------------------------------------------------------------------
 
 
-def node_to_host(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]) -> HostFact:
-    """Turn one Node object (API JSON) and the pods bound to it into a HostFact.
+def node_to_host(
+    node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]], scope: str = ""
+) -> HostFact:
+    """Turn one Node object (API JSON) and the pods bound to it into a HostFact. `scope` is the
+    source's name: it qualifies the GPUs' synthetic UUIDs (`k8s_resources.gpu_uuid`).
 
     * GPUs: one GpuFact per advertised unit of every NVIDIA resource in `status.capacity`
       (falling back to `allocatable`). Units beyond `allocatable` are marked unhealthy: the
@@ -100,7 +104,7 @@ def node_to_host(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
     name = str(metadata.get("name") or "")
     labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
 
-    gpus = tuple(_gpu_facts(name, labels, status))
+    gpus = tuple(_gpu_facts(name, labels, status, scope))
     error = ""
     if not gpus and any(labels.get(key, "") not in ("", "false", "0") for key in _GPU_NODE_LABELS):
         error = "node has GPU labels but its device plugin advertises no GPUs"
@@ -120,7 +124,7 @@ def node_to_host(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, An
 
 
 def _gpu_facts(
-    node_name: str, labels: Mapping[str, str], status: Mapping[str, Any]
+    node_name: str, labels: Mapping[str, str], status: Mapping[str, Any], scope: str
 ) -> Iterator[GpuFact]:
     capacity = status.get("capacity") or {}
     allocatable = status.get("allocatable") or {}
@@ -152,7 +156,7 @@ def _gpu_facts(
         for i in range(total):
             healthy = i < usable
             yield GpuFact(
-                uuid=gpu_uuid(node_name, resource, i),
+                uuid=gpu_uuid(node_name, resource, i, scope),
                 index=index,
                 model=unit_model,
                 memory_mb=unit_memory,

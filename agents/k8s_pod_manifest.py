@@ -68,9 +68,10 @@ def lease_label_value(lease_id: str) -> str:
     return "h-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-def leased_resources(host_name: str, gpu_uuids: Sequence[str]) -> list[str]:
-    """One extended-resource name per leased GPU (`nvidia.com/gpu`, `nvidia.com/mig-…`)."""
-    return sorted(resource_for_uuid(host_name, uuid) for uuid in gpu_uuids)
+def leased_resources(host_name: str, gpu_uuids: Sequence[str], scope: str = "") -> list[str]:
+    """One extended-resource name per leased GPU (`nvidia.com/gpu`, `nvidia.com/mig-…`) on
+    `host_name` of the source `scope`."""
+    return sorted(resource_for_uuid(host_name, uuid, scope) for uuid in gpu_uuids)
 
 
 def build_pod(
@@ -81,6 +82,7 @@ def build_pod(
     manifest: Any,
     namespace: str,
     owner: str,
+    uuid_scope: str = "",
 ) -> dict[str, Any]:
     """Return the Pod to create for a lease (a new dict; `manifest` is not modified).
 
@@ -104,7 +106,7 @@ def build_pod(
     metadata = _checked_metadata(pod)
     _pin_to_node(spec, host_name)
     _mark_as_lease(metadata, lease_id=lease_id, namespace=namespace, owner=owner)
-    _give_leased_gpus(spec, leased_resources(host_name, gpu_uuids))
+    _give_leased_gpus(spec, leased_resources(host_name, gpu_uuids, uuid_scope))
     return pod
 
 

@@ -4,14 +4,18 @@ advertises, and the GPUs pods hold. Pure functions over API JSON, no I/O.
 The device plugin advertises GPUs as a *count* of an extended resource (`nvidia.com/gpu`, old
 clusters `alpha.kubernetes.io/nvidia-gpu`; MIG mixed strategy `nvidia.com/mig-<profile>`;
 time-slicing with `renameByDefault` `nvidia.com/gpu.shared`). Node objects carry **no device
-UUIDs**, so every GPU gets a deterministic synthetic UUID built from the node and the resource:
-`k8s-<node>-gpu-<i>`, `k8s-<node>-mig-<profile>-<i>`, `k8s-<node>-gpu.shared-<i>`. They are
-stable across discovery passes as long as the node advertises the same counts, and
-`resource_for_uuid` maps them back to the resource a pod must ask for.
+UUIDs**, so every GPU gets a deterministic synthetic UUID built from the source (the cluster),
+the node and the resource: `k8s-<source>:<node>-gpu-<i>`, `k8s-<source>:<node>-mig-<profile>-<i>`,
+`k8s-<source>:<node>-gpu.shared-<i>`. The source is part of it because clusters built from one
+template repeat node names (node pools, `ip-10-0-…` across VPCs): two clusters' `node-1` are two
+hosts with two sets of GPUs. They are stable across discovery passes as long as the node
+advertises the same counts, and `resource_for_uuid` maps them back to the resource a pod must ask
+for. (Clusters with Dynamic Resource Allocation publish the real NVIDIA UUIDs instead.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -30,18 +34,25 @@ TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 _MIG_PROFILE_RE = re.compile(r"^\d+g\.\d+gb(?:\+[a-z]+)?$")
 
 
-def gpu_uuid(node_name: str, resource: str, index: int) -> str:
-    """The synthetic UUID of the `index`-th unit of `resource` on `node_name`."""
-    return f"{UUID_PREFIX}{node_name}-{_resource_tag(resource)}-{index}"
+#: Node names longer than this (they may have 253 characters) are shortened with a hash in
+#: synthetic UUIDs, which must fit `Gpu.uuid` (255) with the source name and the resource tag.
+_NODE_IN_UUID_MAX = 150
 
 
-def resource_for_uuid(node_name: str, uuid: str) -> str:
-    """The extended resource a pod must ask for to get the GPU `uuid` on `node_name`.
+def gpu_uuid(node_name: str, resource: str, index: int, scope: str = "") -> str:
+    """The synthetic UUID of the `index`-th unit of `resource` on `node_name` of the source
+    `scope` (its name; "" for the old unscoped form, kept for parsing)."""
+    return f"{_uuid_node(node_name, scope)}-{_resource_tag(resource)}-{index}"
 
-    Inverse of `gpu_uuid`. UUIDs not minted by this module (or for another node) map to plain
-    `nvidia.com/gpu`, the resource every device plugin understands.
+
+def resource_for_uuid(node_name: str, uuid: str, scope: str = "") -> str:
+    """The extended resource a pod must ask for to get the GPU `uuid` on `node_name` of the
+    source `scope`.
+
+    Inverse of `gpu_uuid`. UUIDs not minted by this module (or for another node or source) map
+    to plain `nvidia.com/gpu`, the resource every device plugin understands.
     """
-    prefix = f"{UUID_PREFIX}{node_name}-"
+    prefix = f"{_uuid_node(node_name, scope)}-"
     if not uuid.startswith(prefix):
         return GPU_RESOURCE
     tag, _, index = uuid[len(prefix) :].rpartition("-")
@@ -118,6 +129,13 @@ def foreign_gpu_count(pods_on_node: Iterable[Mapping[str, Any]]) -> int:
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _uuid_node(node_name: str, scope: str) -> str:
+    if len(node_name) > _NODE_IN_UUID_MAX:
+        digest = hashlib.sha256(node_name.encode()).hexdigest()[:16]
+        node_name = f"{node_name[: _NODE_IN_UUID_MAX - 17]}~{digest}"
+    return f"{UUID_PREFIX}{scope}:{node_name}" if scope else f"{UUID_PREFIX}{node_name}"
 
 
 def _resource_tag(resource: str) -> str:

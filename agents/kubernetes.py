@@ -127,7 +127,7 @@ class KubernetesConnector(Connector):
         for node in nodes:
             name = str((node.get("metadata") or {}).get("name") or "")
             try:
-                host = node_to_host(node, pods_by_node.get(name, []))
+                host = node_to_host(node, pods_by_node.get(name, []), self.name)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 # One malformed node must not hide the rest of the cluster.
                 host = HostFact(name=name, state=HOST_OFFLINE, error=f"cannot read node: {exc}")
@@ -160,6 +160,7 @@ class KubernetesConnector(Connector):
                 manifest=spec.get("pod"),
                 namespace=namespace,
                 owner=f"gpupool source {self.name}",
+                uuid_scope=self.name,
             )
         )
         name = pod["metadata"]["name"]

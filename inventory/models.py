@@ -103,7 +103,9 @@ class Gpu(models.Model):
     """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_derive_state) from
     the host's state and the GPU's own flags, and stored so lists can filter on it."""
 
-    uuid = models.CharField(max_length=128, unique=True)
+    # Unique across all sources: the NVIDIA UUID where known, else one qualified by the source
+    # (agents.k8s_resources.gpu_uuid).
+    uuid = models.CharField(max_length=255, unique=True)
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="gpus")
     parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True,
