@@ -189,6 +189,12 @@ class Connector(ABC):
 
     #: The source kind in configuration and in `Source.kind` (a short slug, at most 16 characters).
     kind: ClassVar[str]
+    #: The workload kinds `bind` can start on this kind's hosts (a lease's `binding.kind`); the
+    #: scheduler places a lease with a binding only on hosts whose source starts its kind.
+    workloads: ClassVar[frozenset[str]] = frozenset()
+    #: False where one source is a world of its own (a Kubernetes cluster): a lease spread over
+    #: several hosts stays within one source. True: it may span the sources of this kind.
+    spans_sources: ClassVar[bool] = True
     #: Keys a config entry of this kind may carry (besides name, kind, pool).
     config_keys: ClassVar[frozenset[str]] = frozenset()
     #: Config keys holding secrets: stored encrypted apart from the config, never exported.

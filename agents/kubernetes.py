@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.base import (
     BIND_GONE,
@@ -45,6 +45,8 @@ class KubernetesConnector(Connector):
     """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node."""
 
     kind = "kubernetes"
+    workloads: ClassVar[frozenset[str]] = frozenset({"pod"})
+    spans_sources: ClassVar[bool] = False  # a multi-host lease stays in one cluster
     #: Chunk size of list calls: big clusters come in pages instead of one huge answer.
     list_page_size: int = 500
     config_keys = frozenset(

@@ -96,3 +96,16 @@ def _declared_connectors(module: ModuleType) -> list[type[Connector]]:
 
 def _name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def placement_traits(kind: str) -> tuple[frozenset[str], bool]:
+    """(the workload kinds a source of `kind` starts, whether a multi-host lease may span
+    several sources of it); an unknown kind starts nothing and spans."""
+    cls = connectors().get(kind)
+    return (cls.workloads, cls.spans_sources) if cls is not None else (frozenset(), True)
+
+
+def placement_domain(kind: str, source: str) -> str:
+    """The domain a multi-host lease on this source's hosts may not leave: the source itself
+    where it is a world of its own (a Kubernetes cluster), else every source of its kind."""
+    return kind if placement_traits(kind)[1] else f"{kind}:{source}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.base import (
     BIND_RUNNING,
@@ -34,6 +34,7 @@ DEFAULTS: dict[str, Any] = {
 
 class SimulatedConnector(Connector):
     kind = "simulated"
+    workloads: ClassVar[frozenset[str]] = frozenset({"process", "pod"})
     config_keys = frozenset({*DEFAULTS, "host_prefix"})
 
     @classmethod

@@ -29,6 +29,7 @@ time-slicing; a process is given the physical GPUs behind its replicas.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import threading
 from collections.abc import Mapping
@@ -56,7 +57,7 @@ from agents.nvidia_smi.values import NvidiaSmiError
 from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
 
 DEFAULTS = {"nvidia_smi": "nvidia-smi", "max_parallel": 16, "state_dir": "~/.gpupool"}
-_HOST_KEYS = frozenset({"address", "port", "host_key", "name", "time_slicing"})
+_HOST_KEYS = frozenset({"address", "port", "host_key", "name", "time_slicing", "labels"})
 
 
 class SshConnector(Connector):
@@ -70,6 +71,7 @@ class SshConnector(Connector):
     """
 
     kind = "ssh"
+    workloads: ClassVar[frozenset[str]] = frozenset({"process"})
     config_keys: ClassVar[frozenset[str]] = frozenset(
         {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", *DEFAULTS}
     )
@@ -130,6 +132,10 @@ class SshConnector(Connector):
             PinnedKey.parse(str(entry.get("host_key") or ""))
         except ValueError as exc:
             errors.append(f"{exc} (hosts without a pinned key are refused)")
+        labels = entry.get("labels", {})
+        if not isinstance(labels, Mapping) or not all(
+                isinstance(k, str) and k and isinstance(v, str) for k, v in labels.items()):
+            errors.append("labels must map label keys to string values (quote numbers)")
         replicas = time_slicing.replicas_error(entry.get("time_slicing", 1))
         return [*errors, replicas] if replicas else errors
 
@@ -196,7 +202,9 @@ class SshConnector(Connector):
                                 state=HOST_OFFLINE, error="; ".join(problems))  # fmt: skip
             spec = HostSpec(_host_name(entry, position), str(entry["address"]),
                             int(entry.get("port", 22)), str(entry["host_key"]))  # fmt: skip
-            return self._discover_host(spec, script, int(entry.get("time_slicing", 1)))
+            fact = self._discover_host(spec, script, int(entry.get("time_slicing", 1)))
+            # The host's own labels (`labels:` in the config), for selectors and topology.
+            return dataclasses.replace(fact, labels={**entry.get("labels", {}), **fact.labels})
 
         workers = max(1, min(int(self._setting("max_parallel")), len(entries)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh-discover") as pool:

@@ -129,6 +129,9 @@ class Lease(models.Model):
     min_driver_version = models.CharField(max_length=32, blank=True, default="")
     min_cuda_version = models.CharField(max_length=32, blank=True, default="")
     same_host = models.BooleanField(default=True)
+    # Where it may run: {source: NAME | [NAMES], host: NAME, labels: {key: value}} ({} anywhere),
+    # matched by the scheduler against each host (allocation.policy.where).
+    selector = models.JSONField(default=dict, blank=True)
     requeue_on_loss = models.BooleanField(default=False)
     ttl_seconds = models.PositiveIntegerField()
     borrowed = models.BooleanField(default=False)

@@ -98,7 +98,48 @@ def pool_capacity_profile(pool_id: int) -> list[tuple[str, str, int, int, int]]:
     return profile
 
 
+SOURCE_PROFILE_KEY = "gpupool:capacity-by-source:{pool_id}"
+# (model, mig_profile, memory_mb, source name, source kind, most on one host, total)
+SourceCapacity = tuple[str, str, int, str, str, int, int]
+
+
+def pool_capacity_by_source(pool_id: int) -> list[SourceCapacity]:
+    """`pool_capacity_profile` per source: (model, mig_profile, memory_mb, source name, source
+    kind, most on one host, total). Read for lease requests that say where they may run (a
+    binding or a selector); cached and cleared like the profile."""
+    from django.core.cache import cache
+
+    key = SOURCE_PROFILE_KEY.format(pool_id=pool_id)
+    cached = cache.get(key)
+    if cached is None:
+        cached = _per_source(capacity_units([pool_id]))
+        cache.set(key, cached, timeout=300)
+    return cached
+
+
+def pool_capacity_on_hosts(pool_id: int, host_ids: Iterable[int]) -> list[SourceCapacity]:
+    """As `pool_capacity_by_source`, counting only these hosts (a selector's); not cached."""
+    return _per_source(capacity_units([pool_id]).filter(host_id__in=list(host_ids)))
+
+
+def _per_source(units: QuerySet[Gpu]) -> list[SourceCapacity]:
+    rows = (units.values_list("model", "mig_profile", "memory_mb", "host__source__name", "host__source__kind",
+                              "host_id").annotate(n=Count("pk")).order_by())
+    kinds: dict[tuple[str, str, int, str, str], list[int]] = {}
+    for model, mig, memory, source, kind, _host, n in rows:
+        slot = kinds.setdefault((model, mig, memory or 0, source, kind), [0, 0])
+        slot[0] = max(slot[0], n)
+        slot[1] += n
+    return [(*key, most, total) for key, (most, total) in kinds.items()]
+
+
+def pool_hosts_where(pool_id: int) -> list[tuple[int, str, str, dict[str, str]]]:
+    """(host id, name, source name, labels) of every host with capacity in the pool."""
+    hosts = capacity_units([pool_id]).values("host_id").distinct()
+    return list(Host.objects.filter(pk__in=hosts).values_list("pk", "name", "source__name", "labels"))
+
+
 def forget_capacity_profiles(pool_ids: Iterable[int]) -> None:
     from django.core.cache import cache
 
-    cache.delete_many([PROFILE_KEY.format(pool_id=p) for p in pool_ids])
+    cache.delete_many([key.format(pool_id=p) for p in pool_ids for key in (PROFILE_KEY, SOURCE_PROFILE_KEY)])

@@ -28,8 +28,8 @@ from inventory.models import Gpu
 # The lease's own columns that its JSON shows; the names of what it refers to come from
 # selectors.with_names (annotations), or from loaded relations (_RELATED).
 COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
-           "same_host", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at", "expires_at",
-           "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
+           "same_host", "selector", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at",
+           "expires_at", "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
            "binding_status", "preempted_by_id", "warning", "idle_exempt")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
@@ -73,7 +73,8 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "gpus": [u for u, active in zip(uuids, actives, strict=True) if active or ended],
         "host": row["host_name"], "model": row["model"], "min_memory_mb": row["min_memory_mb"],
         "min_driver_version": row["min_driver_version"], "min_cuda_version": row["min_cuda_version"],
-        "same_host": row["same_host"], "priority_class": row["priority_class_name"], "borrowed": row["borrowed"],
+        "same_host": row["same_host"], "selector": row["selector"], "priority_class": row["priority_class_name"],
+        "borrowed": row["borrowed"],
         "requeue_on_loss": row["requeue_on_loss"], "ttl_seconds": row["ttl_seconds"], "created_at": created,
         "granted_at": granted, "expires_at": expires, "ended_at": ended_at, "reason": row["reason"],
         "queue_position": row["queue_position"], "estimated_start": estimated,

@@ -67,6 +67,32 @@ class BindingSerializer(StrictSerializer):
         return attrs
 
 
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+                      "description": "A source name, or a list of source names (any of them)."})
+class SourceNamesField(serializers.Field):
+    def to_internal_value(self, data: Any) -> list[str]:
+        names = [data] if isinstance(data, str) else data
+        if not isinstance(names, list) or not names or not all(
+                isinstance(n, str) and 0 < len(n) <= 64 for n in names):
+            raise serializers.ValidationError("a source name or a non-empty list of source names")
+        return names
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class SelectorSerializer(StrictSerializer):
+    """Where a lease may run; every part given must hold (allocation.policy.where)."""
+
+    # The metaclass takes declared fields off the class, so this does not shadow Field.source.
+    source = SourceNamesField(required=False,  # type: ignore[assignment]
+                              help_text="Only hosts of this source (or of any of these).")
+    host = serializers.CharField(required=False, max_length=255, help_text="Only this host (its name).")
+    labels = serializers.DictField(child=serializers.CharField(max_length=255, allow_blank=True), required=False,
+                                   help_text="Only hosts carrying every one of these labels (Kubernetes node "
+                                             "labels; `labels:` of an ssh host in the config).")
+
+
 class LeaseCreateSerializer(StrictSerializer):
     # A name, resolved by the service with the rest of the request in one query (an unknown pool
     # is still a 400 `invalid` on this field, with the message SlugRelatedField gave).
@@ -93,7 +119,11 @@ class LeaseCreateSerializer(StrictSerializer):
     requeue_on_loss = serializers.BooleanField(required=False, default=False,
                                                help_text="When its host is lost, queue the lease again.")
     binding = BindingSerializer(required=False, allow_null=True, default=None,
-                                help_text="Workload to start on the granted GPUs; null for none.")
+                                help_text="Workload to start on the granted GPUs; null for none. The lease is "
+                                          "placed only on hosts whose source can start it (ssh: process; "
+                                          "kubernetes: pod).")
+    selector = SelectorSerializer(required=False, allow_null=True, default=None,
+                                  help_text="Where it may run: `{source, host, labels}`; null for anywhere.")
 
     def validate_ttl_seconds(self, value: int | None) -> int | None:
         limit = settings.GPUPOOL["MAX_TTL_S"]
@@ -139,7 +169,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     class Meta:
         model = Lease
         fields = ["id", "state", "team", "user", "pool", "gpu_count", "gpus", "host", "model",
-                  "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host",
+                  "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "selector",
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
                   "granted_at", "expires_at", "ended_at", "reason", "queue_position",
                   "estimated_start", "binding", "preempted_by", "warning", "idle_exempt"]
@@ -152,6 +182,7 @@ class LeaseSerializer(serializers.ModelSerializer):
             "min_driver_version": {"help_text": "Minimum driver version asked for."},
             "min_cuda_version": {"help_text": "Minimum CUDA version asked for."},
             "same_host": {"help_text": "Whether all GPUs must be on one host."},
+            "selector": {"help_text": "Where it may run (`{source, host, labels}`); empty: anywhere."},
             "borrowed": {"help_text": "Granted beyond the team's guaranteed share (may be reclaimed)."},
             "requeue_on_loss": {"help_text": "Queued again when its host is lost."},
             "ttl_seconds": {"help_text": "Lifetime without renewal, seconds."},

@@ -18,6 +18,7 @@ index, uuid; names by code point), running leases by id, pending ones newest fir
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any, NamedTuple
 
 from django.db import connection
 
+from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES, LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import PoolScheduling, Reservation, SchedulerSettings
@@ -40,6 +42,7 @@ from allocation.policy.types import (
     RunningView,
     Snapshot,
 )
+from allocation.policy.where import Selector, selector_of, tags_of
 from inventory.choices import Health, HostState
 from inventory.models import Pool
 
@@ -58,7 +61,14 @@ SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profi
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
 """
 HOST_SQL = """
-SELECT h.id, h.name, h.state, h.driver_version, h.cuda_version FROM inventory_host h
+SELECT h.id, h.name, h.state, h.driver_version, h.cuda_version, s.name, s.kind
+FROM inventory_host h JOIN inventory_source s ON s.id = h.source_id
+WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
+"""
+# Host labels, read only while a pending lease of the pool selects by label (they are large on
+# Kubernetes nodes, and most passes have no such lease).
+LABELS_SQL = """
+SELECT h.id, h.labels FROM inventory_host h
 WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 
@@ -81,7 +91,7 @@ WHERE {where}
 PENDING_SQL = """
 SELECT {lease_id}, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s, {created_at},
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
-       l.ttl_seconds, {has_binding}, l.reason, l.queue_position, l.estimated_start
+       l.ttl_seconds, {has_binding}, l.reason, l.queue_position, l.estimated_start, l.binding_kind, l.selector
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
@@ -129,6 +139,8 @@ class PendingRow(NamedTuple):
     reason: str
     queue_position: int | None
     estimated_start: datetime | None
+    binding_kind: str = ""
+    selector: str = ""  # its tag (allocation.policy.where)
 
 
 @dataclass
@@ -152,6 +164,7 @@ class _Memo:
     meter: dict[int, tuple[str, float]] = field(default_factory=dict)
     running: dict[str, tuple[tuple[Any, ...], RunningView]] = field(default_factory=dict)
     pending: dict[str, tuple[tuple[Any, ...], RequestView]] = field(default_factory=dict)
+    tags: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 _MEMOS: dict[int, _Memo] = {}
@@ -215,20 +228,64 @@ def _pending_rows(pool_id: int, postgres: bool) -> list[PendingRow]:
     rows = _read(PENDING_SQL.format(**(_POSTGRES if postgres else _PORTABLE)),
                  {"pool": pool_id, "pending": LeaseState.PENDING.value})
     if postgres:
-        return [PendingRow._make(r) for r in rows]
+        return [PendingRow._make((*r[:18], r[18], _tag(r[19]))) for r in rows]
     return [PendingRow(str(uuid.UUID(r[0])), r[1], r[2], r[3], bool(r[4]), r[5], _epoch(r[6]) or 0.0,
                        r[7], r[8], r[9], bool(r[10]), r[11], r[12], r[13], bool(r[14]), r[15], r[16],
-                       None if r[17] is None else _aware(r[17])) for r in rows]
+                       None if r[17] is None else _aware(r[17]), r[18], _tag(r[19])) for r in rows]
 
 
-def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple[Any, ...]]) -> tuple[GpuView, ...]:
+def _json(value: Any) -> Any:
+    """A JSON column read through a raw cursor: decoded on PostgreSQL, text on SQLite."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _tag(selector: Any) -> str:
+    return selector_of(_json(selector)).tag
+
+
+def _selectors(pool_id: int, pending: list[PendingRow]) -> tuple[Selector, ...]:
+    """The distinct selectors of the pool's pending leases (their tags come back from the rows;
+    the selectors themselves from the leases that carry one: few, and only when there are)."""
+    tags = {r.selector for r in pending if r.selector}
+    if not tags:
+        return ()
+    rows = _read("SELECT DISTINCT l.selector FROM allocation_lease l WHERE l.pool_id = %(pool)s AND "
+                 "l.state = %(pending)s", {"pool": pool_id, "pending": LeaseState.PENDING.value})
+    found = {selector.tag: selector for selector in (selector_of(_json(r[0])) for r in rows) if selector.tag}
+    return tuple(found[tag] for tag in sorted(found))
+
+
+def _host_tags(pool_id: int, host_rows: list[tuple[Any, ...]], selectors: tuple[Selector, ...]
+               ) -> dict[int, frozenset[str]]:
+    """Host id -> the tags of the selectors it matches; {} without selectors."""
+    if not selectors:
+        return {}
+    labels = ({hid: _json(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
+              if any(s.labels for s in selectors) else {})
+    return {row[0]: tags_of(selectors, row[5], row[1], labels.get(row[0])) for row in host_rows}
+
+
+def host_keys(host_rows: list[tuple[Any, ...]]) -> dict[int, str]:
+    """Host id -> the host's name in the policy, unique in the pool: its name, or `source/name`
+    where another source of the pool has a host of that name (two clusters' `node-1`)."""
+    sources: dict[str, set[str]] = {}
+    for row in host_rows:
+        sources.setdefault(row[1], set()).add(row[5])
+    return {row[0]: row[1] if len(sources[row[1]]) == 1 else f"{row[5]}/{row[1]}" for row in host_rows}
+
+
+def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple[Any, ...]],
+               tags: dict[int, frozenset[str]]) -> tuple[GpuView, ...]:
     """The pool's GpuViews in the order of the GPU model (host name, index, uuid)."""
     hosts = {row[0]: row for row in host_rows}
+    names = host_keys(host_rows)
+    where = {row[0]: (placement_traits(row[6])[0], placement_domain(row[6], row[5]), tags.get(row[0], frozenset()))
+             for row in host_rows}
     ordered = sorted(gpu_rows, key=lambda g: (hosts[g[1]][1], g[9], g[10]))
     return tuple(
-        GpuView(pk, pool, hosts[host_id][1], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
+        GpuView(pk, pool, names[host_id], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
                 hosts[host_id][2] == HostState.READY and health == Health.OK and not foreign and not unavailable,
-                mig, None, replicas > 1, physical if replicas > 1 else "")
+                mig, None, replicas > 1, physical if replicas > 1 else "", *where[host_id])
         for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable in ordered)
 
 
@@ -264,10 +321,12 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows:
+    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk, postgres)}
+    tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
+    if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows and tags == memo.tags:
         gpus, meter = memo.gpus, memo.meter
     else:
-        gpus = _gpu_views(pool.name, gpu_rows, host_rows)
+        gpus = _gpu_views(pool.name, gpu_rows, host_rows, tags)
         meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
@@ -279,19 +338,18 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
                                     bool(borrowed), min_rt, expires, state in _END))
         running_views[row[0]] = hit
 
-    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk, postgres)}
     pending_views: dict[str, tuple[tuple[Any, ...], RequestView]] = {}
     for r in pending_rows.values():
-        request = r[1:15]  # what the view is made of (the explanation is not)
+        request = (*r[1:15], r.binding_kind, r.selector)  # what the view is made of (not the explanation)
         seen = memo.pending.get(r.lease_id)
         if seen is None or seen[0] != request or memo.pool != pool.name:
             seen = (request, RequestView(r.lease_id, r.team, pool.name, r.gpus, r.priority, r.created_at, r.model,
                                         r.min_memory_mb, bool(r.same_host), r.min_driver_version,
-                                        r.min_cuda_version, float(r.ttl_seconds)))
+                                        r.min_cuda_version, float(r.ttl_seconds), r.binding_kind, r.selector))
         pending_views[r.lease_id] = seen
 
     with _MEMO_LOCK:
-        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views)
+        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views, tags)
 
     quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
               for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}

@@ -40,13 +40,32 @@ def no_match(req: RequestView, index: FreeIndex) -> str:
         return f"no GPU of model {req.model or 'any'} {where}"
     if not any(k.memory_mb >= req.min_memory_mb for k in kinds):
         return f"no GPU{_of(req)} with at least {req.min_memory_mb} MB of memory {where}"
-    constraint = (req.model, req.min_memory_mb, req.min_driver_version, "")
-    if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
-        return f"no GPU{_of(req)} with driver >= {req.min_driver_version} {where}"
-    constraint = (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
-    if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
-        return f"no GPU{_of(req)} with CUDA >= {req.min_cuda_version} {where}"
+    steps = (
+        ((req.model, req.min_memory_mb, req.min_driver_version, "", "", ""),
+         f"no GPU{_of(req)} with driver >= {req.min_driver_version} {where}"),
+        ((req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version, "", ""),
+         f"no GPU{_of(req)} with CUDA >= {req.min_cuda_version} {where}"),
+        ((*constraint_of(req)[:5], ""),
+         f"no host {where} can start a {req.workload} (no source of the pool runs one)"
+         f"{_with(req)}"),
+        (constraint_of(req), f"no host {where} matches the selector {req.selector}{_with(req)}"),
+    )
+    for constraint, reason in steps:
+        if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
+            return reason
     return f"every matching GPU {where} is time-sliced and reserved for another team"
+
+
+def _with(req: RequestView) -> str:
+    """' with a GPU of model …' when the request names a model: the hosts it rules out may
+    have other models."""
+    return f" with a GPU{_of(req)}" if req.model else ""
+
+
+def _selected(req: RequestView) -> str:
+    """' matching selector …' for a request with a selector, so that a reason about free
+    capacity says which hosts it counts."""
+    return f" on hosts matching {req.selector}" if req.selector else ""
 
 
 def _of(req: RequestView) -> str:
@@ -56,10 +75,12 @@ def _of(req: RequestView) -> str:
 def too_big(req: RequestView, groups: Sequence[Group]) -> str:
     if req.same_host:
         block = max(g.capacity_block for g in groups)
-        return (f"asks for {_gpus(req.gpus)} on one host, but no host in pool {req.pool} has more "
-                f"than {block} matching GPUs")
+        return (f"asks for {_gpus(req.gpus)} on one host, but no host in pool {req.pool}"
+                f"{_selected(req)} has more than {block} matching GPUs")
     total = max(g.capacity_total for g in groups)
-    return f"asks for {_gpus(req.gpus)}, but pool {req.pool} has only {total} matching GPUs"
+    within = " within one cluster or SSH domain" if len({g.key[3] for g in groups}) > 1 else ""
+    return (f"asks for {_gpus(req.gpus)}, but pool {req.pool} has only {total} matching GPUs"
+            f"{_selected(req)}{within}")
 
 
 def over_limit(req: RequestView, limit: int) -> str:
@@ -96,12 +117,13 @@ def no_room(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:
     if req.same_host:
         size, host = max(index.largest_block(g) for g in groups)
         if size == 0:
-            return (f"waiting for {_gpus(req.gpus)}{model} on one host; none is free in "
-                    f"pool {req.pool}{others}")
-        return (f"waiting for {_gpus(req.gpus)}{model} on one host; largest free block is "
-                f"{size} on {host}{others}")
+            return (f"waiting for {_gpus(req.gpus)}{model} on one host{_selected(req)}; none is "
+                    f"free in pool {req.pool}{others}")
+        return (f"waiting for {_gpus(req.gpus)}{model} on one host{_selected(req)}; largest free "
+                f"block is {size} on {host}{others}")
     free = max(index.free_in(g) for g in groups)
-    return f"waiting for {_gpus(req.gpus)}{model}; {free} free in pool {req.pool}{others}"
+    return (f"waiting for {_gpus(req.gpus)}{model}{_selected(req)}; {free} free in pool "
+            f"{req.pool}{others}")
 
 
 def _kept_for_others(req: RequestView, index: FreeIndex, groups: Sequence[Group]) -> str:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from allocation.policy.running import RunningTotals
 from allocation.policy.types import GpuView, RequestView, RunningView
+from allocation.policy.where import WORKLOADS
 
 if TYPE_CHECKING:  # they import this module: for annotations only
     from allocation.policy.freebase import FreeBase
@@ -29,8 +30,11 @@ if TYPE_CHECKING:  # they import this module: for annotations only
 
 _DIGITS = re.compile(r"\d+")
 
-# (model, min_memory_mb, min_driver_version, min_cuda_version): what a request asks of each GPU.
-Constraint = tuple[str, int, str, str]
+# (model, min_memory_mb, min_driver_version, min_cuda_version, workload, selector tag): what a
+# request asks of each GPU.
+Constraint = tuple[str, int, str, str, str, str]
+# (model, MIG profile, time-sliced, placement domain): a lease takes its GPUs from one group.
+GroupKey = tuple[str, str, bool, str]
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -57,7 +61,8 @@ def model_alternatives(model: str) -> tuple[str, ...]:
 
 
 def constraint_of(req: RequestView) -> Constraint:
-    return (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
+    return (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version, req.workload,
+            req.selector)
 
 
 @dataclass(frozen=True)
@@ -69,10 +74,15 @@ class Kind:
     cuda_version: str = ""
     time_sliced: bool = False
     shared_team: str | None = None
+    workloads: frozenset[str] = WORKLOADS
+    domain: str = ""
+    tags: frozenset[str] = frozenset()
 
     @property
-    def group_key(self) -> tuple[str, str, bool]:
-        return (self.model, self.mig_profile, self.time_sliced)
+    def group_key(self) -> GroupKey:
+        """A lease's GPUs share this: one model and sharing mode, and one placement domain (a
+        multi-host lease never spans two clusters, or a cluster and SSH hosts)."""
+        return (self.model, self.mig_profile, self.time_sliced, self.domain)
 
     @property
     def label(self) -> str:
@@ -82,7 +92,7 @@ class Kind:
 
 def kind_of(gpu: GpuView) -> Kind:
     return Kind(gpu.model, gpu.mig_profile, gpu.memory_mb, gpu.driver_version, gpu.cuda_version,
-                gpu.time_sliced, gpu.shared_team)
+                gpu.time_sliced, gpu.shared_team, gpu.workloads, gpu.domain, gpu.tags)
 
 
 def model_matches(kind: Kind, alternatives: Sequence[str]) -> bool:
@@ -100,11 +110,13 @@ def model_matches(kind: Kind, alternatives: Sequence[str]) -> bool:
 
 
 def kind_eligible(kind: Kind, constraint: Constraint, team: str) -> bool:
-    model, min_memory, min_driver, min_cuda = constraint
+    model, min_memory, min_driver, min_cuda, workload, selector = constraint
     return (model_matches(kind, model_alternatives(model)) and kind.memory_mb >= min_memory
             and version_at_least(kind.driver_version, min_driver)
             and version_at_least(kind.cuda_version, min_cuda)
-            and (kind.shared_team is None or kind.shared_team == team))
+            and (kind.shared_team is None or kind.shared_team == team)
+            and (not workload or workload in kind.workloads)
+            and (not selector or selector in kind.tags))
 
 
 # --- static layout -------------------------------------------------------------------------------
@@ -121,7 +133,7 @@ class PoolLayout:
     # Eligible groups per request constraints, shared by every pass over this layout (only
     # used while no kind of the pool depends on the team, see FreeIndex.groups_for).
     groups: dict[Constraint, tuple[Group, ...]] = field(default_factory=dict)
-    mixed: dict[tuple[str, str, bool], tuple[str, ...]] | None = None
+    mixed: dict[GroupKey, tuple[str, ...]] | None = None
     free: FreeBase | None = None  # the free GPUs of the last pass over this pool
     # The policy's view of each running lease, memoised by the identity of its frozen
     # RunningView: a caller that keeps those from pass to pass pays once.

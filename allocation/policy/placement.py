@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from allocation.policy.freebase import FreeBase
 from allocation.policy.matching import (
     Constraint,
+    GroupKey,
     Kind,
     PoolLayout,
     constraint_of,
@@ -34,7 +35,7 @@ _Fit = tuple[int, str, tuple[tuple[str, int, int], ...]]
 class Group:
     """Eligible kinds of one model/sharing mode, with the capacity bounds of that group."""
 
-    key: tuple[str, str, bool]
+    key: GroupKey
     kinds: tuple[int, ...]
     label: str
     time_sliced: bool
@@ -79,11 +80,11 @@ class FreeIndex:
             layout.mixed = self._mixed_hosts()
         self._mixed = layout.mixed
         # (group key, team) -> hosts mixed for that team only: replicas reserved for it beside others.
-        self._team_mixed: dict[tuple[tuple[str, str, bool], str], dict[str, None]] = {}
+        self._team_mixed: dict[tuple[GroupKey, str], dict[str, None]] = {}
 
-    def _mixed_hosts(self) -> dict[tuple[str, str, bool], tuple[str, ...]]:
+    def _mixed_hosts(self) -> dict[GroupKey, tuple[str, ...]]:
         """Hosts holding more than one kind of the same group (rare: mixed memory or driver)."""
-        seen: dict[tuple[str, str, bool], dict[str, int]] = {}
+        seen: dict[GroupKey, dict[str, int]] = {}
         for kid, hosts in self.capacity.items():
             per_host = seen.setdefault(self.kinds[kid].group_key, {})
             for host in hosts:
@@ -107,7 +108,7 @@ class FreeIndex:
         return hit
 
     def _eligible(self, constraint: Constraint, team: str) -> tuple[Group, ...]:
-        by_key: dict[tuple[str, str, bool], list[int]] = {}
+        by_key: dict[GroupKey, list[int]] = {}
         for kid in self.capacity:
             if kind_eligible(self.kinds[kid], constraint, team):
                 by_key.setdefault(self.kinds[kid].group_key, []).append(kid)
@@ -115,7 +116,7 @@ class FreeIndex:
         groups.sort(key=lambda g: g.time_sliced)
         return tuple(groups)
 
-    def _group(self, key: tuple[str, str, bool], kids: tuple[int, ...], team: str) -> Group:
+    def _group(self, key: GroupKey, kids: tuple[int, ...], team: str) -> Group:
         cap = self.capacity
         per_host: dict[str, int] = {}
         for kid in kids:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from allocation.policy.idle import IdleReclaim
+from allocation.policy.where import WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class GpuView:
     # means the host's whole set of time-sliced GPUs (Kubernetes: the device plugin, not us,
     # picks the physical device for a pod, so any replica of the node may be on any GPU).
     physical: str = ""
+    # Where a lease may run (where.py): the workload kinds its host's source can start, the
+    # placement domain a multi-host lease may not leave ("" for one shared domain), and the
+    # tags of the pending selectors its host matches.
+    workloads: frozenset[str] = WORKLOADS
+    domain: str = ""
+    tags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,10 @@ class RequestView:
     min_cuda_version: str = ""
     # Expected run time, for backfill estimates (the lease TTL, or the trace duration).
     expected_duration_s: float | None = None
+    # The workload kind it will start ("" none: it may go anywhere) and its selector's tag
+    # ("" none), see where.py.
+    workload: str = ""
+    selector: str = ""
 
 
 @dataclass(frozen=True)

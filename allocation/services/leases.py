@@ -20,6 +20,7 @@ from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Tea
 from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
+from allocation.services.placement import check_placeable
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
@@ -130,7 +131,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                  min_driver_version: str = "", min_cuda_version: str = "",
                  ttl_seconds: int | None = None, same_host: bool = True,
                  requeue_on_loss: bool = False, binding: dict[str, Any] | None = None,
-                 idempotency_key: str = "") -> tuple[Lease, bool]:
+                 selector: dict[str, Any] | None = None, idempotency_key: str = "") -> tuple[Lease, bool]:
     """Create a pending lease; returns (lease, created). `pool` is a Pool or its name (an
     unknown name is an `invalid` error on the field `pool`). A repeated Idempotency-Key with the
     same body returns the first lease (created=False); with a different body it is a Conflict.
@@ -146,11 +147,15 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
                "same_host": same_host, "binding": binding, "requeue_on_loss": requeue_on_loss,
                "min_driver_version": min_driver_version, "min_cuda_version": min_cuda_version}
+    if selector:  # only when given, so that the fingerprints of earlier keys still match
+        request["selector"] = selector
     fingerprint = _fingerprint(request)
     try:
         resolved = _resolve(user, pool, team, priority_class)
         _check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
                            same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
+        check_placeable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb, same_host=same_host,
+                        workload=(binding or {}).get("kind", ""), selector=selector)
         demoted = budget_judge(resolved.team, resolved.pool) if resolved.has_budget else None
     except DomainError:
         # A replay answers with the first lease even if the request would be refused today.
@@ -169,7 +174,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
                   gpu_count=gpus, model=model, min_memory_mb=min_memory_mb,
                   min_driver_version=min_driver_version, min_cuda_version=min_cuda_version,
-                  same_host=same_host, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
+                  same_host=same_host, selector=selector or {}, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
                   request_fingerprint=fingerprint, reason=reason)

@@ -9,6 +9,7 @@ import pytest
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES
 from allocation.engine import build_snapshot, run_pass
 from allocation.engine.snapshot import read_pool
@@ -23,6 +24,7 @@ from allocation.policy.types import (
     RunningView,
     TeamView,
 )
+from allocation.policy.where import selector_of
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, Host, Pool
 
@@ -43,11 +45,13 @@ def reference(pool: Pool):
                 cuda_version=cuda, mig_profile=mig, time_sliced=replicas > 1,
                 physical=physical if replicas > 1 else "",
                 schedulable=(host_state == HostState.READY and health == Health.OK and not foreign
-                             and pk not in parents | held_elsewhere))
-        for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas, physical
+                             and pk not in parents | held_elsewhere),
+                workloads=placement_traits(kind)[0], domain=placement_domain(kind, source))
+        for pk, host, host_state, model, mem, drv, cuda, health, foreign, mig, replicas, physical, kind, source
         in Gpu.objects.filter(pool=pool, gone=False).values_list(
             "pk", "host__name", "host__state", "model", "memory_mb", "host__driver_version",
-            "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas", "physical_uuid"))
+            "host__cuda_version", "health", "foreign", "mig_profile", "shared_replicas", "physical_uuid",
+            "host__source__kind", "host__source__name"))
     holding: dict[str, list[int]] = {}
     for lease_id, gpu_id in LeaseGpu.objects.filter(active=True, lease__pool=pool).values_list("lease_id", "gpu_id"):
         holding.setdefault(str(lease_id), []).append(gpu_id)
@@ -61,7 +65,8 @@ def reference(pool: Pool):
     pending = {
         str(r.pk): RequestView(str(r.pk), r.team.name, pool.name, r.gpu_count, r.priority_class.value,
                                r.created_at.timestamp(), r.model, r.min_memory_mb, r.same_host,
-                               r.min_driver_version, r.min_cuda_version, float(r.ttl_seconds))
+                               r.min_driver_version, r.min_cuda_version, float(r.ttl_seconds), r.binding_kind,
+                               selector_of(r.selector).tag)
         for r in Lease.objects.filter(pool=pool, state="pending").select_related("team", "priority_class")}
     quotas = {(q.team.name, pool.name): QuotaView(q.team.name, pool.name, q.guaranteed, q.limit,
                                                   q.lending_limit)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from allocation.policy import Policy
 from allocation.policy.fair import schedule as fair
 from allocation.policy.fifo import schedule as fifo
-from allocation.policy.matching import kind_eligible, kind_of
+from allocation.policy.matching import constraint_of, kind_eligible, kind_of
 from allocation.policy.types import (
     Decisions,
     GpuView,
@@ -20,8 +20,13 @@ from allocation.policy.types import (
     Snapshot,
     TeamView,
 )
+from allocation.policy.where import selector_of
 
 TEAMS = ("a", "b", "c")
+# (source, workload kinds it starts, placement domain): SSH hosts, and two Kubernetes clusters.
+SOURCES = (("lab", frozenset({"process"}), "ssh"), ("ka", frozenset({"pod"}), "ka"),
+           ("kb", frozenset({"pod"}), "kb"))
+SELECT_KA = selector_of({"source": "ka"})
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB")
 NOW = 100_000.0
 
@@ -36,10 +41,12 @@ def snapshots(draw: st.DrawFn, simple: bool = False) -> Snapshot:
         pool = draw(st.sampled_from(pools))
         model = MODELS[0] if simple else draw(st.sampled_from(MODELS))
         memory = 81559 if "H100" in model else 40960
+        source, workloads, domain = SOURCES[0 if simple else draw(st.integers(0, 2))]
+        tags = frozenset({SELECT_KA.tag}) if source == "ka" else frozenset()
         for _ in range(draw(st.integers(1, 8))):
             ok = simple or draw(st.integers(0, 9)) > 0
             gpus.append(GpuView(len(gpus) + 1, pool, f"{pool}-h{h}", model, memory, "550.54",
-                                "12.4", schedulable=ok))
+                                "12.4", schedulable=ok, workloads=workloads, domain=domain, tags=tags))
     free = [g for g in gpus if g.schedulable]
     running: list[RunningView] = []
     order = draw(st.permutations(range(len(free))))
@@ -77,7 +84,9 @@ def snapshots(draw: st.DrawFn, simple: bool = False) -> Snapshot:
             model="" if simple else draw(st.sampled_from(("", "H100", "a100|h100", "B200"))),
             min_memory_mb=0 if simple else draw(st.sampled_from((0, 50_000))),
             same_host=False if simple else draw(st.booleans()),
-            expected_duration_s=draw(st.one_of(st.none(), st.floats(1, 1e5)))))
+            expected_duration_s=draw(st.one_of(st.none(), st.floats(1, 1e5))),
+            workload="" if simple else draw(st.sampled_from(("", "", "process", "pod"))),
+            selector="" if simple else draw(st.sampled_from(("", "", "", SELECT_KA.tag)))))
     teams = {t: TeamView(t, draw(st.sampled_from((0.5, 1.0, 3.0))),
                          draw(st.floats(0, 1e7))) for t in TEAMS}
     return Snapshot(NOW, tuple(gpus), teams, quotas, tuple(running), tuple(pending))
@@ -106,10 +115,10 @@ def _check_grants(snapshot: Snapshot, policy: Policy) -> None:
         views = [gpus[g] for g in grant.gpu_ids]
         assert all(v.schedulable and v.pool == req.pool for v in views)
         assert len({v.model for v in views}) == 1, "one model per lease"
-        constraint = (req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version)
-        assert all(kind_eligible(kind_of(v), constraint, req.team) for v in views)
+        assert all(kind_eligible(kind_of(v), constraint_of(req), req.team) for v in views)
         if req.same_host:
             assert {v.host for v in views} == {grant.host}
+        assert len({v.domain for v in views}) == 1, "a lease never spans two clusters or kinds"
         held[(req.team, req.pool)] += req.gpus
     before = _held(snapshot)
     for key, quota in snapshot.quotas.items():
