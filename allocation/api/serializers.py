@@ -70,12 +70,13 @@ class BindingSerializer(StrictSerializer):
 @extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
                       "description": "A source name, or a list of source names (any of them)."})
 class SourceNamesField(serializers.Field):
-    def to_internal_value(self, data: Any) -> list[str]:
+    def to_internal_value(self, data: Any) -> str | list[str]:
+        """As given (a name stays a name, so the lease shows what was asked)."""
         names = [data] if isinstance(data, str) else data
         if not isinstance(names, list) or not names or not all(
                 isinstance(n, str) and 0 < len(n) <= 64 for n in names):
             raise serializers.ValidationError("a source name or a non-empty list of source names")
-        return names
+        return data
 
     def to_representation(self, value: Any) -> Any:
         return value

@@ -15,7 +15,7 @@ from django.utils import timezone
 from agents.k8s_resources import gpu_uuid, resource_for_uuid
 from inventory.discovery import source_discover
 from inventory.models import Gpu, Host, Pool, Source
-from tests.support.kube import A16_NODELIST, load_json, running_kube_api
+from tests.support.kube import gpu_node, running_kube_api
 from tests.support.kube_server import KubeApiServer
 
 pytestmark = pytest.mark.django_db
@@ -27,18 +27,6 @@ def two_clusters() -> Iterator[tuple[KubeApiServer, KubeApiServer]]:
         yield a, b
 
 
-def _node(name: str, gpus: int, ready: bool = True) -> dict[str, Any]:
-    node = load_json(A16_NODELIST)["items"][0]
-    node["metadata"]["name"] = name
-    node["metadata"].setdefault("labels", {})["kubernetes.io/hostname"] = name
-    for key in ("capacity", "allocatable"):
-        node["status"][key] = {k: v for k, v in node["status"][key].items() if "nvidia" not in k}
-        node["status"][key]["nvidia.com/gpu"] = str(gpus)
-    node["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
-    node["metadata"]["labels"].pop("nvidia.com/gpu.replicas", None)
-    return node
-
-
 def _sources(a: KubeApiServer, b: KubeApiServer) -> tuple[Source, Source]:
     pool = Pool.objects.create(name="mixed")
     ka = Source.objects.create(name="ka", kind="kubernetes", pool=pool, config={"host": a.url, "request_timeout": 2})
@@ -48,8 +36,8 @@ def _sources(a: KubeApiServer, b: KubeApiServer) -> tuple[Source, Source]:
 
 def test_a_node_name_in_two_clusters_is_two_hosts_whose_gpus_never_flip(two_clusters: Any) -> None:
     a, b = two_clusters
-    a.load_nodes([_node("gpu-node-1", 2)])
-    b.load_nodes([_node("gpu-node-1", 4)])
+    a.load_nodes([gpu_node("gpu-node-1", 2)])
+    b.load_nodes([gpu_node("gpu-node-1", 4)])
     ka, kb = _sources(a, b)
     for _ in range(3):  # every discovery, in either order, leaves each row with its own cluster
         source_discover(source=ka)
@@ -61,7 +49,7 @@ def test_a_node_name_in_two_clusters_is_two_hosts_whose_gpus_never_flip(two_clus
         f"k8s-kb:gpu-node-1-gpu-{i}" for i in range(4)}
 
     # The second cluster's node goes NotReady: only its own GPUs go offline.
-    b.load_nodes([_node("gpu-node-1", 4, ready=False)])
+    b.load_nodes([gpu_node("gpu-node-1", 4, ready=False)])
     source_discover(source=kb)
     assert set(Gpu.objects.filter(host__source=ka).values_list("state", flat=True)) == {"free"}
     assert set(Gpu.objects.filter(host__source=kb).values_list("state", flat=True)) == {"offline"}

@@ -36,6 +36,21 @@ def derived_node(name: str) -> dict[str, Any]:
     return load_json(K8S_FIXTURES / f"derived-{name}-node.json")
 
 
+def gpu_node(name: str, gpus: int, *, ready: bool = True) -> dict[str, Any]:
+    """The captured A16 node (GPU Operator labels) renamed, advertising `gpus` whole GPUs
+    (`nvidia.com/gpu`, no time-slicing), Ready or not."""
+    node = load_json(A16_NODELIST)["items"][0]
+    node["metadata"]["name"] = name
+    labels = node["metadata"].setdefault("labels", {})
+    labels["kubernetes.io/hostname"] = name
+    labels.pop("nvidia.com/gpu.replicas", None)
+    for key in ("capacity", "allocatable"):
+        node["status"][key] = {k: v for k, v in node["status"][key].items() if "nvidia" not in k}
+        node["status"][key]["nvidia.com/gpu"] = str(gpus)
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return node
+
+
 def make_pod(
     name: str,
     node: str | None,
