@@ -61,7 +61,29 @@ def request_body(ctx: Ctx, args: argparse.Namespace, binding: dict[str, Any] | N
             body[key] = value
     if binding is not None:
         body["binding"] = binding
+    selector = _selector(args)
+    if selector:
+        body["selector"] = selector
     return body
+
+
+def _selector(args: argparse.Namespace) -> dict[str, Any]:
+    """`--source`, `--host` and `--label k=v` as the lease's selector ({} for none)."""
+    selector: dict[str, Any] = {}
+    sources = getattr(args, "source", None) or []
+    if sources:
+        selector["source"] = sources[0] if len(sources) == 1 else sources
+    if getattr(args, "host", None):
+        selector["host"] = args.host
+    labels = {}
+    for item in getattr(args, "label", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--label takes KEY=VALUE, got {item!r}")
+        labels[key] = value
+    if labels:
+        selector["labels"] = labels
+    return selector
 
 
 def _cancel(ctx: Ctx, lease_id: str) -> None:

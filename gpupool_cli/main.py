@@ -3,6 +3,7 @@
     gpupool login --url http://pool:8000 --token KEY
     gpupool pools | gpus [--pool P --state S --host H --model M] | hosts
     gpupool request --gpus 2 [--pool P --model H100 --ttl 2h --spread --priority high --wait]
+                    [--source S --host H --label k=v]
     gpupool run --gpus 1 -- python train.py
     gpupool ls [--all] | show ID | renew ID [--ttl 2h] | release ID | top [--once]
     gpupool reservations [list | create --pool P --team T --gpus 4 --start ISO --for 2h | cancel ID]
@@ -47,6 +48,11 @@ def _lease_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--priority", help="priority class (default: default)")
     parser.add_argument("--team", help="team to charge (needed when you are in several)")
     parser.add_argument("--min-memory", type=int, metavar="MB", help="minimum memory per GPU, MB")
+    parser.add_argument("--source", action="append", metavar="NAME",
+                        help="only hosts of this source (repeatable: any of them)")
+    parser.add_argument("--host", help="only this host")
+    parser.add_argument("--label", action="append", metavar="KEY=VALUE",
+                        help="only hosts with this label (repeatable: all of them)")
     parser.add_argument("--timeout", help="give up waiting (and cancel) after this long, e.g. 10m")
     parser.add_argument("--poll", type=float, default=1.0, help=argparse.SUPPRESS)
 
