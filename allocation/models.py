@@ -13,6 +13,7 @@ from django.utils import timezone
 from allocation.choices import BindingKind, LeaseState, ReservationState
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
+from allocation.policy.where import selector_of
 from inventory.models import Gpu, Host, Pool
 
 
@@ -175,6 +176,11 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return str(self.id)
+
+    @property
+    def selector_text(self) -> str:
+        """The selector as reasons show it (`source=kb host=n1 zone=a`); "" for none."""
+        return selector_of(self.selector).tag
 
 
 class LeaseGpu(models.Model):

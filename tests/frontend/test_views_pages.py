@@ -124,6 +124,14 @@ def test_lease_detail_shows_the_audit_trail_and_binding(seeded: Any, client_for:
     assert "Process over SSH" in page and "pid=42" in page and "running" in page
 
 
+def test_lease_detail_shows_the_hosts_source_and_the_selector(seeded: Any, client_for: Any) -> None:
+    lease = seeded.leases["done"]
+    Lease.objects.filter(pk=lease.pk).update(selector={"source": "demo", "labels": {"zone": "a"}})
+    page = text(client_for(seeded.users["alice"]).get(f"/leases/{lease.pk}/"))
+    assert f"{lease.host.name} · source {lease.host.source.name}" in page
+    assert "source=demo zone=a" in page
+
+
 def test_an_idle_warning_shows_in_the_lease_list_and_on_the_lease_page(seeded: Any, client_for: Any) -> None:
     lease = seeded.leases["vision"]
     warning = "idle: all 8 GPUs below 5% utilisation since 2030-01-01 00:00:00 UTC (for 1800 s or more)"
