@@ -71,7 +71,7 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
     expires = [now + timedelta(seconds=read.pending[g.lease_id].ttl_seconds) for g in grants]
     claimed = bulk_update_columns(
         Lease, [g.lease_id for g in grants], ["reason", "expires_at", "borrowed", "host"],
-        [reasons, expires, [g.borrowed for g in grants], [read.gpu_host[g.gpu_ids[0]] for g in grants]],
+        [reasons, expires, [g.borrowed for g in grants], [_main_host(g, read.gpu_host) for g in grants]],
         same={"state": S.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
         only_if={"state": S.PENDING})
     links: tuple[list[str], list[int]] = ([], [])
@@ -99,6 +99,13 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
     lease_ids, teams, models, equivs = (list(c) for c in zip(*meters, strict=True)) if meters else ([], [], [], [])
     bulk_insert_columns(LeaseUsage, ["lease", "team", "pool", "model", "gpu_equiv", "started_at"],
                         [lease_ids, teams, [pool.pk] * len(meters), models, equivs, [now] * len(meters)])
+
+
+def _main_host(grant: Grant, gpu_host: dict[int, int]) -> int:
+    """The host holding most of the grant's GPUs (the first of them on a tie): where its
+    workload starts, and the only one for a same-host lease."""
+    hosts = [gpu_host[gpu_id] for gpu_id in grant.gpu_ids]
+    return max(dict.fromkeys(hosts), key=hosts.count) if len(set(hosts)) > 1 else hosts[0]
 
 
 def _meter(grant: Grant, team_id: int, gpu_meter: dict[int, tuple[str, float]]) -> tuple[str, int, str, float]:

@@ -130,6 +130,7 @@ def test_a_spread_pod_lease_stays_in_one_cluster(mixed: Any) -> None:
     got = Lease.objects.get(pk=lease["id"])
     assert got.state == "granted"
     assert set(got.gpus.values_list("host__source__name", flat=True)) == {"ka"}
+    assert got.host.name == "gpu-node-1"  # the host holding most of it (8 of 12): its pod goes there
     too_big = _create(mixed, gpus=13, same_host=False, binding={"kind": "pod", "pod": POD})
     assert too_big.status_code == 400 and too_big.json()["code"] == "unsatisfiable"
     assert "within one cluster" in too_big.json()["message"]
