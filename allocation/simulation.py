@@ -29,8 +29,8 @@ import math
 import time
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,12 @@ from allocation.policy import get_policy
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.matching import Kind, model_alternatives, model_matches
 from allocation.policy.replay import Job, Replay
-from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
+from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView, RequestView
 
 TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model", "util_pct")
+# Optional columns for mixed pools: the workload kind a job binds, and the source it is steered to.
+EXTRA_COLUMNS = ("binding", "source")
+BINDINGS = ("process", "pod")
 # The simulated connector's own defaults, so a replay sees the fleet `discover` would build.
 SIM_DEFAULTS: dict[str, Any] = SIMULATED_DEFAULTS
 
@@ -55,8 +58,9 @@ class TraceError(ValueError):
 
 
 def load_trace(path: str | Path) -> list[Job]:
-    """Read a trace CSV (header required; `priority_class`, `model` and `util_pct` columns
-    optional, `util_pct` empty for a job without telemetry; blank and '#' lines skipped).
+    """Read a trace CSV (header required; `priority_class`, `model`, `util_pct`, `binding` and
+    `source` columns optional, `util_pct` empty for a job without telemetry, `binding` process,
+    pod or empty, `source` a source name or empty; blank and '#' lines skipped).
     Raises TraceError listing up to 20 bad lines. Sorted by submit time."""
     jobs: list[Job] = []
     errors: list[str] = []
@@ -67,7 +71,7 @@ def load_trace(path: str | Path) -> list[Job]:
         if missing:
             raise TraceError(f"{path}:1: header must name {', '.join(TRACE_COLUMNS[:4])}; "
                              f"missing {', '.join(missing)}")
-        col = {name: header.index(name) for name in TRACE_COLUMNS if name in header}
+        col = {name: header.index(name) for name in TRACE_COLUMNS + EXTRA_COLUMNS if name in header}
         for line, row in enumerate(reader, start=2):
             if not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
                 continue
@@ -99,7 +103,11 @@ def _job(row: list[str], col: Mapping[str, int], index: int, line: int) -> Job:
         raise ValueError(f"gpus must be at least 1, got {gpus}")
     if model and len(model_alternatives(model)) != len(model.split("|")):
         raise ValueError(f"model {model!r} has an empty alternative")
-    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line, _util(cell("util_pct")))
+    binding = cell("binding")
+    if binding not in ("", *BINDINGS):
+        raise ValueError(f"binding must be {' or '.join(BINDINGS)} or empty, got {binding!r}")
+    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line, _util(cell("util_pct")),
+               binding, cell("source"))
 
 
 def _util(text: str) -> float | None:
@@ -123,12 +131,38 @@ def _number(text: str, name: str) -> float:
 
 
 def write_trace(path: str | Path, jobs: Sequence[Job]) -> None:
+    """The contract's columns; `binding` and `source` too when a job sets one."""
+    extra = any(j.binding or j.source for j in jobs)
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(TRACE_COLUMNS)
+        out.writerow(TRACE_COLUMNS + EXTRA_COLUMNS if extra else TRACE_COLUMNS)
         for j in jobs:
             out.writerow([_num(j.submit_s), j.team, j.gpus, _num(j.duration_s), j.priority_class,
-                          j.model, "" if j.util_pct is None else _num(j.util_pct)])
+                          j.model, "" if j.util_pct is None else _num(j.util_pct),
+                          *((j.binding, j.source) if extra else ())])
+
+
+def check_sources(jobs: Sequence[Job], known: Iterable[str]) -> None:
+    """TraceError for the first job steered to a source the fleet does not have."""
+    names = set(known)
+    bad = next((j for j in jobs if j.source and j.source not in names), None)
+    if bad is not None:
+        raise TraceError(f"trace line {bad.line}: unknown source {bad.source!r} "
+                         f"(the fleet's: {', '.join(sorted(names)) or 'none'})")
+
+
+def request_extras(job: Job) -> dict[str, Any]:
+    """The fields a job's `binding` and `source` columns set on its RequestView, as a lease
+    made through the API with that binding kind and `selector: {source: NAME}` would have
+    them. The policy's RequestView decides which exist: a column whose field it lacks sets
+    nothing (the replay then places the job as a lease without it)."""
+    have = {f.name for f in fields(RequestView)}
+    out: dict[str, Any] = {}
+    if job.binding and "workload" in have:
+        out["workload"] = job.binding
+    if job.source and "selector" in have:
+        out["selector"] = {"source": [job.source]}
+    return out
 
 
 def _num(value: float) -> str:
@@ -325,8 +359,10 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
         raise TraceError(f"trace line {bad[0].line}: unknown priority class "
                          f"{bad[0].priority_class!r} (known: {', '.join(sorted(priority_classes))})")
     started = time.perf_counter()
+    extras = {j.index: extra for j in jobs if (extra := request_extras(j))}
     replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
-                    get_policy(policy_name), _pools_for(jobs, fleet), restart, pools=pools)
+                    get_policy(policy_name), _pools_for(jobs, fleet), restart, pools=pools,
+                    extras=extras)
     result = replay.run()
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result
