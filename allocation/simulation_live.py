@@ -59,17 +59,20 @@ def live_fleet(pool_name: str, settings: SimConfig | None = None) -> LiveFleet:
     if not any(g.schedulable for g in snap.gpus):
         raise LiveFleetError(f"pool {pool_name!r} has {len(snap.gpus)} GPUs but none in service "
                              "(hosts offline, cordoned or draining, GPUs unhealthy or foreign)")
-    fleet = _describe(pool, read.snapshot.gpus, read.gpu_host)
+    host_sources = dict(Host.objects.filter(pk__in=set(read.gpu_host.values())).values_list("pk", "source__name"))
+    gpu_sources = {gpu: host_sources[host] for gpu, host in read.gpu_host.items()}
+    fleet = _describe(pool, snap.gpus, read.gpu_host)
     if settings is not None:
         live_pool = _live_pool_view(pool, snap.pools[pool.name])
-        return LiveFleet(replace(settings, gpus=snap.gpus,
+        return LiveFleet(replace(settings, gpus=snap.gpus, gpu_sources=gpu_sources,
                                  pools={pool.name: settings.pools.get(pool.name, live_pool)}), fleet)
     idle = {pc.name: pc.idle_reclaim for pc in PriorityClass.objects.filter(idle_for_s__isnull=False)}
     classes = {name: replace(view, idle_reclaim=idle.get(name)) for name, view in snap.priority_classes.items()}
     return LiveFleet(SimConfig(gpus=snap.gpus, teams={t.name: t.weight for t in snap.teams.values()},
                                quotas=dict(snap.quotas), priority_classes=classes,
                                half_life_s=snap.half_life_s,
-                               pools={pool.name: _live_pool_view(pool, snap.pools[pool.name])}), fleet)
+                               pools={pool.name: _live_pool_view(pool, snap.pools[pool.name])},
+                               gpu_sources=gpu_sources), fleet)
 
 
 def _live_pool_view(pool: Pool, view: PoolView) -> PoolView:

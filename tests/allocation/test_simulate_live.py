@@ -97,9 +97,10 @@ def _simulate(*args: str, **opts: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def grants(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
-    """Every grant the replay's policy makes, as GPU ids."""
-    seen: list[tuple[int, ...]] = []
+def grants(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[int, ...]]:
+    """Every grant the replay's policy makes: lease id (`job-N`, N the job's row in the trace
+    from 0) -> GPU ids."""
+    seen: dict[str, tuple[int, ...]] = {}
     real = simulation.get_policy
 
     def spying(name: str) -> Callable[[Snapshot], Decisions]:
@@ -107,7 +108,7 @@ def grants(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
 
         def decide(snap: Snapshot) -> Decisions:
             decisions = policy(snap)
-            seen.extend(g.gpu_ids for g in decisions.grants)
+            seen.update((g.lease_id, g.gpu_ids) for g in decisions.grants)
             return decisions
         return decide
 
@@ -133,8 +134,8 @@ def test_the_live_fleet_is_the_engines_view_of_the_pool(mixed: dict[str, Any]) -
     assert live.config.priority_classes["best-effort"].preemptible
 
 
-def test_the_replay_places_jobs_only_on_gpus_in_service(mixed: dict[str, Any], grants: list[tuple[int, ...]],
-                                                        tmp_path: Path) -> None:
+def test_the_replay_places_jobs_only_on_gpus_in_service(mixed: dict[str, Any],
+                                                        grants: dict[str, tuple[int, ...]], tmp_path: Path) -> None:
     rows = [f"{i * 10},{'ab'[i % 2]},1,300,default," for i in range(30)]
     rows += ["5,a,4,100,high,H100",   # node-a: its 4 GPUs in service
              "6,b,8,100,default,H100",  # only node-b (cordoned) has 8, and 4 H100 are in service
@@ -148,7 +149,7 @@ def test_the_replay_places_jobs_only_on_gpus_in_service(mixed: dict[str, Any], g
     assert set(result["teams"]) == {"a", "b"}
     assert set(result["fleet"]) == {"vm", "kc"}
     assert result["fleet"]["vm"]["gpus"] + result["fleet"]["kc"]["gpus"] == 22
-    granted = {gpu for grant in grants for gpu in grant}
+    granted = {gpu for grant in grants.values() for gpu in grant}
     assert len(grants) == 33  # every job that could be placed, once (nothing contends for long)
     assert granted <= {g.pk for g in mixed["in"]}
     assert granted.isdisjoint(g.pk for g in mixed["out"] + mixed["parent"])
@@ -170,11 +171,44 @@ def test_the_trace_may_be_given_with_trace_and_a_config_replaces_the_databases_s
                   _trace(tmp_path, ["0,x,2,100,high,"]))
 
 
-def test_binding_and_source_columns_are_read_and_checked(mixed: dict[str, Any], tmp_path: Path) -> None:
+def test_jobs_go_where_their_binding_and_source_can_run(mixed: dict[str, Any], grants: dict[str, tuple[int, ...]],
+                                                        tmp_path: Path) -> None:
+    """`binding` keeps a job on hosts whose source starts that workload (ssh: process, kubernetes:
+    pod) and `source` on that source's hosts, as for a lease: a job that only the other kind of
+    host could hold is unplaceable."""
     header = "submit_s,team,gpus,duration_s,priority_class,model,util_pct,binding,source"
-    ok = _trace(tmp_path, ["0,a,1,100,,,,process,vm", "0,b,1,100,,,,pod,kc", "0,a,1,100,,,,,"], header)
-    result = _simulate("--fleet", "live", "--pool", "mixed", ok)
-    assert result["jobs"] == 3 and result["unplaceable"] == 0
+    rows = ["0,a,2,100,,,,process,",    # job-0: vm
+            "0,b,2,100,,,,pod,",        # job-1: kc
+            "0,a,1,100,,,,,kc",         # job-2: kc
+            "0,b,1,100,,,,,vm",         # job-3: vm
+            "0,a,4,100,,H100,,pod,kc",  # job-4: node-a
+            "0,a,4,100,,H100,,process,",  # the H100 are all in the cluster: unplaceable
+            "0,b,4,100,,L4,,pod,",      # the L4 replicas are on an ssh host: unplaceable
+            "0,a,2,100,,T4,,,vm"]       # the T4 are in the cluster: unplaceable
+    result = _simulate("--fleet", "live", "--pool", "mixed", _trace(tmp_path, rows, header))
+    assert result["jobs"] == 8 and result["unplaceable"] == 3
+    source = dict(Gpu.objects.values_list("pk", "host__source__name"))
+    where = {lease: {source[g] for g in gpus} for lease, gpus in grants.items()}
+    assert where == {"job-0": {"vm"}, "job-1": {"kc"}, "job-2": {"kc"}, "job-3": {"vm"}, "job-4": {"kc"}}
+    assert {Gpu.objects.get(pk=g).host.name for g in grants["job-4"]} == {"node-a"}
+
+
+def test_two_clusters_with_a_node_of_the_same_name_are_two_hosts(apply_yaml: Callable[..., Any],
+                                                                  grants: dict[str, tuple[int, ...]],
+                                                                  tmp_path: Path) -> None:
+    """A lease never spans two clusters, and their same-named nodes are not one host of 8."""
+    apply_yaml(SETTINGS, discover=False)
+    pool = Pool.objects.get(name="mixed")
+    for name in ("ka", "kb"):
+        _gpus(_host(Source.objects.create(name=name, kind="kubernetes", pool=pool), "gpu-1"), 4, H100)
+    result = _simulate("--fleet", "live", "--pool", "mixed",
+                       _trace(tmp_path, ["0,a,8,100,,", "0,a,4,100,,", "0,b,4,100,,"]))
+    assert result["unplaceable"] == 1 and set(grants) == {"job-1", "job-2"}
+    assert {s: (f["hosts"], f["gpus"]) for s, f in result["fleet"].items()} == {"ka": (1, 4), "kb": (1, 4)}
+
+
+def test_binding_and_source_columns_are_checked(mixed: dict[str, Any], tmp_path: Path) -> None:
+    header = "submit_s,team,gpus,duration_s,priority_class,model,util_pct,binding,source"
     with pytest.raises(CommandError, match=r"trace line 2: unknown source 'kz' \(the fleet's: kc, vm\)"):
         _simulate("--fleet", "live", "--pool", "mixed", _trace(tmp_path, ["0,a,1,100,,,,pod,kz"], header))
     with pytest.raises(CommandError, match=r"trace.csv:2: binding must be process or pod or empty, got 'vm'"):

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from allocation.config import ConfigError
-from allocation.simulation import TraceError, check_sources, load_sim_config, load_trace, simulate
+from allocation.simulation import TraceError, load_sim_config, load_trace, simulate
 from allocation.simulation_live import LiveFleetError, live_fleet
 
 
@@ -53,14 +53,12 @@ class Command(BaseCommand):
             else:
                 cfg = load_sim_config(opts["config"])
             jobs = load_trace(trace)
-            if fleet is not None:
-                check_sources(jobs, fleet)
             if not cfg.gpus:
                 raise CommandError(f"{opts['config']}: no `simulated` source, so no fleet to "
                                    "replay on")
             result = simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes,
                               cfg.half_life_s, opts["policy"], restart=opts["restart"],
-                              pools=cfg.pools)
+                              pools=cfg.pools, gpu_sources=cfg.gpu_sources)
         except ConfigError as exc:
             raise CommandError("invalid config:\n" + "\n".join(exc.errors)) from None
         except (TraceError, LiveFleetError, OSError) as exc:
