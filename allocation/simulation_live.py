@@ -2,8 +2,10 @@
 
 The GPUs are read by the engine's own reading (`allocation.engine.snapshot.read_pool`), so every
 field a scheduling pass gives the policy about a GPU (its host, model, memory, MIG profile,
-time-slicing, versions, and whatever `GpuView` carries next) reaches the replay unchanged: the
-simulator asks the very question a pass would, of the very same views.
+time-slicing, versions, the workloads its source starts, its placement domain, and whatever
+`GpuView` carries next) reaches the replay unchanged: the simulator asks the very question a
+pass would, of the very same views. The replay adds only the tags of its trace's selectors
+(`allocation.simulation_where.tag_fleet`), as a pass adds those of its pending leases'.
 
 What the replay is (README, "Simulating the live fleet"): a what-if of the pool's *capacity*,
 not of its current leases. Every GPU the engine would call schedulable (host ready, healthy, not
@@ -59,9 +61,10 @@ def live_fleet(pool_name: str, settings: SimConfig | None = None) -> LiveFleet:
     if not any(g.schedulable for g in snap.gpus):
         raise LiveFleetError(f"pool {pool_name!r} has {len(snap.gpus)} GPUs but none in service "
                              "(hosts offline, cordoned or draining, GPUs unhealthy or foreign)")
-    host_sources = dict(Host.objects.filter(pk__in=set(read.gpu_host.values())).values_list("pk", "source__name"))
-    gpu_sources = {gpu: host_sources[host] for gpu, host in read.gpu_host.items()}
-    fleet = _describe(pool, snap.gpus, read.gpu_host)
+    hosts = {pk: (source, kind) for pk, source, kind in Host.objects.filter(
+        pk__in=set(read.gpu_host.values())).values_list("pk", "source__name", "source__kind")}
+    gpu_sources = {gpu: hosts[host][0] for gpu, host in read.gpu_host.items()}
+    fleet = _describe(pool, snap.gpus, read.gpu_host, hosts)
     if settings is not None:
         live_pool = _live_pool_view(pool, snap.pools[pool.name])
         return LiveFleet(replace(settings, gpus=snap.gpus, gpu_sources=gpu_sources,
@@ -83,13 +86,12 @@ def _live_pool_view(pool: Pool, view: PoolView) -> PoolView:
                    idle_reclaim=own.idle_reclaim if own is not None else None)
 
 
-def _describe(pool: Pool, gpus: Sequence[GpuView], gpu_host: dict[int, int]) -> dict[str, dict[str, Any]]:
+def _describe(pool: Pool, gpus: Sequence[GpuView], gpu_host: dict[int, int],
+              hosts: dict[int, tuple[str, str]]) -> dict[str, dict[str, Any]]:
     """Per source: its kind, the hosts with a GPU in service, the GPUs in service (what the
     replay may grant: MIG slices and time-sliced replicas each count one, as the pool counts
     them), per model, and those listed but out of service (MIG parents split into slices are
     neither: their slices stand for them)."""
-    hosts = {pk: (name, kind) for pk, name, kind in
-             Host.objects.filter(pk__in=set(gpu_host.values())).values_list("pk", "source__name", "source__kind")}
     parents = set(Gpu.objects.filter(pool=pool, parent__isnull=False, gone=False).values_list("parent_id", flat=True))
     out: dict[str, dict[str, Any]] = {}
     in_service: dict[str, set[int]] = defaultdict(set)
