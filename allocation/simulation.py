@@ -18,7 +18,9 @@ No Django. Semantics of the replay (the contract of `simulate`):
   `util_pct` (`allocation.policy.replay_idle`); counted in `preemptions_by_cause["idle"]`.
 - A trace job is one lease on one host when its pool has a host that large (`same_host`), else a
   multi-host gang. Its pool is the first pool (config order) with a GPU of its model large
-  enough for it.
+  enough for it. Only GPUs the policy finds eligible for it count: its model, and where the
+  trace says so the workload kind it binds and the source it is steered to
+  (`allocation.simulation_where`), which the policy then honours as for a lease.
 The metrics, fairness included, are defined in `allocation.policy.replay`.
 """
 
@@ -34,29 +36,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.registry import placement_domain, placement_traits
 from agents.simulated import DEFAULTS as SIMULATED_DEFAULTS
 from allocation.config import POOL_SCHEDULER_KEYS, SchedulerSpec
 from allocation.policy import get_policy
 from allocation.policy.idle import IdleReclaim
-from allocation.policy.matching import Kind, model_alternatives, model_matches
+from allocation.policy.matching import Constraint, GroupKey, Kind, kind_eligible, kind_of, model_alternatives
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
+from allocation.simulation_where import BINDINGS, TraceError, check_sources, request_extras, tag_fleet
 
 TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model", "util_pct")
+# Optional columns for mixed pools: the workload kind a job binds, and the source it is steered to.
+EXTRA_COLUMNS = ("binding", "source")
 # The simulated connector's own defaults, so a replay sees the fleet `discover` would build.
 SIM_DEFAULTS: dict[str, Any] = SIMULATED_DEFAULTS
-
-
-class TraceError(ValueError):
-    """A trace or simulation input is invalid; the message names the file and line."""
 
 
 # --- traces --------------------------------------------------------------------------------------
 
 
 def load_trace(path: str | Path) -> list[Job]:
-    """Read a trace CSV (header required; `priority_class`, `model` and `util_pct` columns
-    optional, `util_pct` empty for a job without telemetry; blank and '#' lines skipped).
+    """Read a trace CSV (header required; `priority_class`, `model`, `util_pct`, `binding` and
+    `source` columns optional, `util_pct` empty for a job without telemetry, `binding` process,
+    pod or empty, `source` a source name or empty; blank and '#' lines skipped).
     Raises TraceError listing up to 20 bad lines. Sorted by submit time."""
     jobs: list[Job] = []
     errors: list[str] = []
@@ -67,7 +70,7 @@ def load_trace(path: str | Path) -> list[Job]:
         if missing:
             raise TraceError(f"{path}:1: header must name {', '.join(TRACE_COLUMNS[:4])}; "
                              f"missing {', '.join(missing)}")
-        col = {name: header.index(name) for name in TRACE_COLUMNS if name in header}
+        col = {name: header.index(name) for name in TRACE_COLUMNS + EXTRA_COLUMNS if name in header}
         for line, row in enumerate(reader, start=2):
             if not any(cell.strip() for cell in row) or row[0].lstrip().startswith("#"):
                 continue
@@ -99,7 +102,11 @@ def _job(row: list[str], col: Mapping[str, int], index: int, line: int) -> Job:
         raise ValueError(f"gpus must be at least 1, got {gpus}")
     if model and len(model_alternatives(model)) != len(model.split("|")):
         raise ValueError(f"model {model!r} has an empty alternative")
-    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line, _util(cell("util_pct")))
+    binding = cell("binding")
+    if binding not in ("", *BINDINGS):
+        raise ValueError(f"binding must be {' or '.join(BINDINGS)} or empty, got {binding!r}")
+    return Job(index, submit, team, gpus, duration, cell("priority_class"), model, line, _util(cell("util_pct")),
+               binding, cell("source"))
 
 
 def _util(text: str) -> float | None:
@@ -123,12 +130,15 @@ def _number(text: str, name: str) -> float:
 
 
 def write_trace(path: str | Path, jobs: Sequence[Job]) -> None:
+    """The contract's columns; `binding` and `source` too when a job sets one."""
+    extra = any(j.binding or j.source for j in jobs)
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
-        out.writerow(TRACE_COLUMNS)
+        out.writerow(TRACE_COLUMNS + EXTRA_COLUMNS if extra else TRACE_COLUMNS)
         for j in jobs:
             out.writerow([_num(j.submit_s), j.team, j.gpus, _num(j.duration_s), j.priority_class,
-                          j.model, "" if j.util_pct is None else _num(j.util_pct)])
+                          j.model, "" if j.util_pct is None else _num(j.util_pct),
+                          *((j.binding, j.source) if extra else ())])
 
 
 def _num(value: float) -> str:
@@ -146,6 +156,7 @@ class SimConfig:
     priority_classes: dict[str, PriorityClassView]
     half_life_s: float
     pools: dict[str, PoolView] = field(default_factory=dict)
+    gpu_sources: dict[int, str] = field(default_factory=dict)  # GPU id -> its source's name
 
 
 def pool_views(pools: Sequence[Mapping[str, Any]],
@@ -178,19 +189,30 @@ def idle_rule(value: Mapping[str, Any] | None) -> IdleReclaim | None:
 
 def fleet_from_config(data: Mapping[str, Any]) -> tuple[GpuView, ...]:
     """The GPUs of the config's `simulated` sources (other kinds are ignored), named as the
-    simulated connector names them (`{host_prefix or NAME-node}-{i}`), ids numbered from 1."""
+    simulated connector names them (`{host_prefix or NAME-node}-{i}`), ids numbered from 1, with
+    the workloads and placement domain the registry gives a simulated source."""
+    return config_fleet(data)[0]
+
+
+def config_fleet(data: Mapping[str, Any]) -> tuple[tuple[GpuView, ...], dict[int, str]]:
+    """`fleet_from_config`, and each GPU's source name (GPU id -> name)."""
     gpus: list[GpuView] = []
+    sources: dict[int, str] = {}
+    workloads = placement_traits("simulated")[0]
     for src in data.get("sources") or []:
         if src.get("kind") != "simulated":
             continue
         opt = {**SIM_DEFAULTS, **{k: v for k, v in src.items() if v is not None}}
         prefix = src.get("host_prefix") or f"{src['name']}-node"
+        domain = placement_domain("simulated", str(src["name"]))
         for h in range(int(opt["hosts"])):
             for _ in range(int(opt["gpus_per_host"])):
                 gpus.append(GpuView(len(gpus) + 1, str(src["pool"]), f"{prefix}-{h}",
                                     str(opt["model"]), int(opt["memory_mb"]),
-                                    str(opt["driver_version"]), str(opt["cuda_version"])))
-    return tuple(gpus)
+                                    str(opt["driver_version"]), str(opt["cuda_version"]),
+                                    workloads=workloads, domain=domain))
+                sources[len(gpus)] = str(src["name"])
+    return tuple(gpus), sources
 
 
 def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
@@ -206,8 +228,9 @@ def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
                for c in data.get("priority_classes") or []}
     scheduler = data.get("scheduler") or {}
     hours = float(scheduler.get("fair_share_half_life_hours", 168))
-    return SimConfig(fleet_from_config(data), teams, quotas, classes, hours * 3600.0,
-                     pool_views(data.get("pools") or [], scheduler))
+    gpus, sources = config_fleet(data)
+    return SimConfig(gpus, teams, quotas, classes, hours * 3600.0,
+                     pool_views(data.get("pools") or [], scheduler), sources)
 
 
 def load_sim_config(path: str | Path) -> SimConfig:
@@ -217,12 +240,13 @@ def load_sim_config(path: str | Path) -> SimConfig:
     cfg = load_config_file(path)
     sources = [{"name": src.name, "kind": src.kind, "pool": src.pool, **src.options} for src in cfg.sources]
     hours = cfg.scheduler.fair_share_half_life_hours if cfg.scheduler else 168.0
-    return SimConfig(fleet_from_config({"sources": sources}), {t.name: t.weight for t in cfg.teams},
+    gpus, gpu_sources = config_fleet({"sources": sources})
+    return SimConfig(gpus, {t.name: t.weight for t in cfg.teams},
                      {(q.team, q.pool): q for q in cfg.quotas},
                      {c.name: c for c in cfg.priority_classes}, hours * 3600.0,
                      # The parsed specs as the file's mappings: one reader of pool settings.
                      pool_views([asdict(p) for p in cfg.pools],
-                                asdict(cfg.scheduler) if cfg.scheduler else {}))
+                                asdict(cfg.scheduler) if cfg.scheduler else {}), gpu_sources)
 
 
 # --- the Alibaba GPU trace (cluster-trace-gpu-v2023) ---------------------------------------------
@@ -284,25 +308,28 @@ def convert_alibaba(pod_csv: str | Path, node_csv: str | Path,
 # --- the replay ----------------------------------------------------------------------------------
 
 
-def _pools_for(jobs: Sequence[Job], fleet: Sequence[GpuView]) -> dict[int, tuple[str, bool]]:
-    """(pool, same_host) per job: the first pool with a matching GPU model and enough capacity."""
-    sizes: dict[str, dict[str, dict[str, int]]] = {}  # pool -> model -> host -> GPUs
+def _pools_for(jobs: Sequence[Job], fleet: Sequence[GpuView],
+               extras: Mapping[int, Mapping[str, Any]]) -> dict[int, tuple[str, bool]]:
+    """(pool, same_host) per job: the first pool with GPUs of one group (model, MIG profile,
+    time-slicing, placement domain) enough for it among those the policy finds eligible (its
+    model, and the binding and source its RequestView gets: `extras`); same_host where one host
+    has that many."""
+    sizes: dict[str, dict[Kind, dict[str, int]]] = {}  # pool -> kind -> host -> GPUs
     for g in fleet:
         if g.schedulable:
-            per = sizes.setdefault(g.pool, {}).setdefault(g.model, {})
+            per = sizes.setdefault(g.pool, {}).setdefault(kind_of(g), {})
             per[g.host] = per.get(g.host, 0) + 1
     pools = list(sizes) or ["default"]
-    cache: dict[tuple[str, int], tuple[str, bool]] = {}
+    cache: dict[tuple[Constraint, int, str], tuple[str, bool]] = {}
     out = {}
     for job in jobs:
-        key = (job.model, job.gpus)
+        extra = extras.get(job.index, {})
+        constraint = (job.model, 0, "", "", extra.get("workload", ""), extra.get("selector", ""))
+        key = (constraint, job.gpus, job.team)
         if key not in cache:
-            alts = model_alternatives(job.model)
             cache[key] = (pools[0], True)
             for pool in pools:
-                models = [m for m in sizes.get(pool, {}) if model_matches(Kind(m), alts)]
-                block = max((max(sizes[pool][m].values()) for m in models), default=0)
-                total = max((sum(sizes[pool][m].values()) for m in models), default=0)
+                block, total = _room(sizes.get(pool, {}), constraint, job.team)
                 if total >= job.gpus:
                     cache[key] = (pool, job.gpus <= block)
                     break
@@ -310,23 +337,41 @@ def _pools_for(jobs: Sequence[Job], fleet: Sequence[GpuView]) -> dict[int, tuple
     return out
 
 
+def _room(kinds: Mapping[Kind, Mapping[str, int]], constraint: Constraint, team: str) -> tuple[int, int]:
+    """(the most GPUs of one eligible group on one host, the most of one eligible group)."""
+    groups: dict[GroupKey, dict[str, int]] = {}
+    for kind, hosts in kinds.items():
+        if kind_eligible(kind, constraint, team):
+            per = groups.setdefault(kind.group_key, {})
+            for host, n in hosts.items():
+                per[host] = per.get(host, 0) + n
+    return (max((max(per.values()) for per in groups.values()), default=0),
+            max((sum(per.values()) for per in groups.values()), default=0))
+
+
 def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
              quotas: Mapping[tuple[str, str], QuotaView],
              priority_classes: Mapping[str, PriorityClassView], half_life_s: float = 168 * 3600.0,
              policy_name: str = "fair", *, restart: bool = False,
-             pools: Mapping[str, PoolView] | None = None) -> dict[str, Any]:
+             pools: Mapping[str, PoolView] | None = None,
+             gpu_sources: Mapping[int, str] | None = None) -> dict[str, Any]:
     """Replay `jobs` on `fleet` through policy `policy_name`; returns the CONTRACT's metrics.
     `pools`: the pools' settings (`pool_views`); a pool left out has the defaults.
-    Raises TraceError for a job naming an unknown priority class, RuntimeError if the policy
-    ever grants a GPU twice or preempts an ending lease."""
+    `gpu_sources`: each GPU's source name, for jobs steered to a source (`Job.source`).
+    Raises TraceError for a job naming an unknown priority class or source, RuntimeError if
+    the policy ever grants a GPU twice or preempts an ending lease."""
     known = set(priority_classes) | {""}
     bad = [j for j in jobs if j.priority_class not in known and j.priority_class != "default"]
     if bad:
         raise TraceError(f"trace line {bad[0].line}: unknown priority class "
                          f"{bad[0].priority_class!r} (known: {', '.join(sorted(priority_classes))})")
+    check_sources(jobs, (gpu_sources or {}).values())
     started = time.perf_counter()
+    fleet = tag_fleet(fleet, gpu_sources or {}, jobs)
+    extras = {j.index: extra for j in jobs if (extra := request_extras(j))}
     replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
-                    get_policy(policy_name), _pools_for(jobs, fleet), restart, pools=pools)
+                    get_policy(policy_name), _pools_for(jobs, fleet, extras), restart, pools=pools,
+                    extras=extras)
     result = replay.run()
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result

@@ -75,22 +75,27 @@ class Job:
     model: str = ""
     line: int = 0  # where it came from, for error messages
     util_pct: float | None = None  # its GPUs' utilisation (idle reclaim); None: no telemetry
+    binding: str = ""  # the workload kind it asks for (process, pod); "" any
+    source: str = ""  # the source it is steered to; "" any
 
 
 class Replay:
     """One replay: `run()` once. `placement` maps a job's index to (pool, same_host); `pools`
-    holds the pools' settings (a pool it leaves out has `PoolView`'s defaults)."""
+    holds the pools' settings (a pool it leaves out has `PoolView`'s defaults); `extras` maps a
+    job's index to further fields of its RequestView (`allocation.simulation.request_extras`)."""
 
     def __init__(self, jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
                  quotas: Mapping[tuple[str, str], QuotaView],
                  classes: Mapping[str, PriorityClassView], half_life_s: float,
                  policy: Callable[[Snapshot], Decisions],
                  placement: Mapping[int, tuple[str, bool]], restart: bool = False, *,
-                 pools: Mapping[str, PoolView] | None = None) -> None:
+                 pools: Mapping[str, PoolView] | None = None,
+                 extras: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.index))
         self.fleet, self.quotas, self.classes = fleet, quotas, classes
         self.half_life_s, self.policy, self.placement = half_life_s, policy, placement
         self.restart = restart  # preempted jobs restart from scratch (else resume)
+        self.extras = extras or {}
         self.work = {j.index: j.duration_s for j in self.jobs}
         self.weights = {**{j.team: 1.0 for j in self.jobs}, **teams}
         self.capacity: dict[str, int] = defaultdict(int)
@@ -173,9 +178,9 @@ class Replay:
             f"job-{job.index}.{self.attempts[job.index]}"
         pool, same_host = self.placement[job.index]
         cls = self._class(job)
-        self.pending[lease_id] = RequestView(
+        self.pending[lease_id] = replace(RequestView(
             lease_id, job.team, pool, job.gpus, cls.value, job.submit_s, job.model,
-            same_host=same_host, expected_duration_s=job.duration_s)
+            same_host=same_host, expected_duration_s=job.duration_s), **self.extras.get(job.index, {}))
         self.job_of[lease_id] = job
         self.waiting[(job.team, pool)] += job.gpus
         self.pool_waiting[pool] += job.gpus

@@ -9,17 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from allocation import simulation
 from allocation.policy import get_policy
 from allocation.policy.measures import jain, percentile
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import Decisions, PoolView, PriorityClassView, QuotaView, Snapshot
 from allocation.simulation import (
+    TRACE_COLUMNS,
     TraceError,
     convert_alibaba,
     fleet_from_config,
     load_sim_config,
     load_trace,
     pool_views,
+    sim_config_from_dict,
     simulate,
     write_trace,
 )
@@ -326,3 +329,41 @@ def test_fair_share_preemption_shows_in_the_replay_as_its_own_cause() -> None:
     assert on["preemptions_by_cause"]["priority"] == on["preemptions_by_cause"]["reclaim"] == 0
     assert on["wait_s"]["mean"] < off["wait_s"]["mean"]
     assert on["jain_index_backlogged"] > off["jain_index_backlogged"]
+
+
+def test_binding_and_source_columns_round_trip(tmp_path: Path) -> None:
+    jobs = [Job(0, 0.0, "a", 1, 10.0, binding="pod", source="kb"), Job(1, 1.0, "b", 2, 5.0, binding="process"),
+            Job(2, 2.0, "a", 1, 1.0)]
+    write_trace(tmp_path / "t.csv", jobs)
+    assert (tmp_path / "t.csv").read_text().splitlines()[0].endswith(",util_pct,binding,source")
+    assert [(j.binding, j.source) for j in load_trace(tmp_path / "t.csv")] == [("pod", "kb"), ("process", ""), ("", "")]
+    write_trace(tmp_path / "plain.csv", jobs[2:])  # without them: the contract's columns only
+    assert (tmp_path / "plain.csv").read_text().splitlines()[0] == ",".join(TRACE_COLUMNS)
+
+
+def test_a_job_steered_to_a_source_runs_only_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Config fleets too: `source` is the lease's selector, placed by the policy; a job larger than
+    any host of its source is a gang over that source's hosts, never spilling onto another's."""
+    cfg = sim_config_from_dict({"sources": [
+        {"name": "sa", "kind": "simulated", "pool": "p", "hosts": 2, "gpus_per_host": 4},
+        {"name": "sb", "kind": "simulated", "pool": "p", "hosts": 1, "gpus_per_host": 8}]})
+    grants: dict[str, tuple[int, ...]] = {}
+    real = simulation.get_policy
+
+    def spying(name: str) -> Callable[[Snapshot], Decisions]:
+        def decide(snap: Snapshot) -> Decisions:
+            decisions = real(name)(snap)
+            grants.update((g.lease_id, g.gpu_ids) for g in decisions.grants)
+            return decisions
+        return decide
+
+    monkeypatch.setattr(simulation, "get_policy", spying)
+    jobs = [Job(0, 0.0, "a", 8, 10.0, source="sa"), Job(1, 0.0, "b", 2, 10.0, source="sb"),
+            Job(2, 20.0, "a", 9, 10.0, source="sb"), Job(3, 20.0, "b", 8, 10.0, binding="pod", source="sb")]
+    out = simulate(jobs, cfg.gpus, {}, {}, CLASSES, gpu_sources=cfg.gpu_sources)
+    assert out["unplaceable"] == 1  # 9 GPUs of sb: there are 8
+    assert {cfg.gpu_sources[g] for g in grants["job-0"]} == {"sa"} and len(grants["job-0"]) == 8
+    assert {cfg.gpu_sources[g] for g in grants["job-1"] + grants["job-3"]} == {"sb"}
+    with pytest.raises(TraceError, match=r"trace line 7: unknown source 'sc' \(the fleet's: sa, sb\)"):
+        simulate([Job(0, 0.0, "a", 1, 1.0, source="sc", line=7)], cfg.gpus, {}, {}, CLASSES,
+                 gpu_sources=cfg.gpu_sources)
