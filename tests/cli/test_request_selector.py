@@ -8,7 +8,7 @@ from inventory.models import Host
 
 
 def test_source_host_and_label_flags_become_the_leases_selector(server) -> None:
-    host = Host.objects.filter(source__name="demo").order_by("name").first()
+    host = Host.objects.filter(source__name="demo").order_by("name")[0]
     Host.objects.filter(pk=host.pk).update(labels={"zone": "a", "rack": "r1"})
     code, out, err = server.run("request", "--pool", "training", "--gpus", "1", "--source", "demo",
                                 "--host", host.name, "--label", "zone=a", "--label", "rack=r1", "-o", "json")
