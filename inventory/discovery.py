@@ -10,7 +10,7 @@ from agents.base import AgentError, Connector, Discovery
 from agents.registry import get_connector
 from core.db import db_now
 from inventory.models import Source
-from inventory.secrets import source_secrets_open
+from inventory.secrets import source_secrets_merge, source_secrets_open
 from inventory.sync import SyncReport, sync_source
 
 logger = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 def source_connector(source: Source) -> Connector:
     """The connector for a source, with its stored secrets decrypted into the config."""
-    config: dict[str, Any] = {**source.config, **source_secrets_open(source.kind, source.secret)}
+    config: dict[str, Any] = source_secrets_merge(source.config, source_secrets_open(source.kind, source.secret))
     return get_connector(source.kind, source.name, config)
 
 

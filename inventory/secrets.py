@@ -94,16 +94,51 @@ def secrets_rotate(*, with_secret_key: bool = False) -> int:
 # --- the secrets of a source ---------------------------------------------------------------------
 # `Source.secret` holds one Fernet token for all of a source's secrets, the config keys its
 # connector names in `secret_fields`. One field (ssh: private_key) is stored as its bare value,
-# the format since the first migration; several are stored as one JSON object.
+# the format since the first migration; several are stored as one JSON object. A field may be a
+# path into a nested entry (`telemetry.token`: the `token` of the source's `telemetry` mapping).
 
 
 def source_secrets_split(kind: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """(options without secrets, the secrets given) of a config entry of `kind`; empty values are
-    "not given". Raises agents' UnknownSourceKind for a kind no connector declares."""
+    """(options without secrets, the secrets given, by field) of a config entry of `kind`; empty
+    values are "not given". `options` is not changed. Raises agents' UnknownSourceKind for a kind
+    no connector declares."""
     fields = connector_class(kind).secret_fields
-    plain = {key: value for key, value in options.items() if key not in fields}
-    secrets = {key: str(options[key]) for key in fields if options.get(key)}
+    plain = dict(options)
+    secrets: dict[str, str] = {}
+    for path in fields:
+        holder, key = _holder(plain, path)
+        if holder is None:
+            continue
+        value = holder.pop(key, None)
+        if value:
+            secrets[path] = str(value)
     return plain, secrets
+
+
+def source_secrets_merge(config: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, Any]:
+    """`config` with `secrets` (by field, as `source_secrets_open` gives them) put back where they
+    came from; a nested field whose entry is no longer in the config is dropped."""
+    merged = dict(config)
+    for path, value in secrets.items():
+        holder, key = _holder(merged, path)
+        if holder is not None:
+            holder[key] = value
+    return merged
+
+
+def _holder(config: dict[str, Any], path: str) -> tuple[dict[str, Any] | None, str]:
+    """(the mapping of `config` that holds the field `path`, the field's own key); None when an
+    entry on the way is not a mapping. Each mapping on the way is replaced by a copy in `config`
+    (itself a copy), so the caller's nested entries are never changed."""
+    *parents, key = path.split(".")
+    holder = config
+    for name in parents:
+        entry = holder.get(name)
+        if not isinstance(entry, Mapping):
+            return None, key
+        holder[name] = dict(entry)
+        holder = holder[name]
+    return holder, key
 
 
 def source_secrets_seal(kind: str, secrets: Mapping[str, str]) -> str:
@@ -117,7 +152,7 @@ def source_secrets_seal(kind: str, secrets: Mapping[str, str]) -> str:
 
 
 def source_secrets_open(kind: str, token: str) -> dict[str, str]:
-    """The secrets stored in `token` as config keys and values ({} when none are stored)."""
+    """The secrets stored in `token` by field ({} when none are stored)."""
     fields = connector_class(kind).secret_fields
     text = decrypt(token)
     if not text or not fields:

@@ -11,7 +11,13 @@ from allocation.config import parse_config
 from inventory import secrets
 from inventory.discovery import source_connector
 from inventory.models import Host, Source
-from inventory.secrets import decrypt, source_secrets_open, source_secrets_seal, source_secrets_split
+from inventory.secrets import (
+    decrypt,
+    source_secrets_merge,
+    source_secrets_open,
+    source_secrets_seal,
+    source_secrets_split,
+)
 from tests.support.sshd import new_ed25519
 
 PUBLIC = new_ed25519()[1]
@@ -49,6 +55,20 @@ def test_several_secrets_are_stored_together(monkeypatch: pytest.MonkeyPatch) ->
     options, found = source_secrets_split("vault", {"url": "u", "token": "t", "password": "p"})
     assert (options, found) == ({"url": "u"}, {"token": "t", "password": "p"})
     assert source_secrets_open("vault", source_secrets_seal("vault", found)) == found
+
+
+def test_a_secret_inside_a_nested_entry_is_split_off_and_merged_back_where_it_was() -> None:
+    given = {"in_cluster": True, "telemetry": {"prometheus_url": "http://p", "token": "t"}}
+    options, found = source_secrets_split("kubernetes", given)
+    assert (options, found) == ({"in_cluster": True, "telemetry": {"prometheus_url": "http://p"}},
+                                {"telemetry.token": "t"})
+    assert given["telemetry"] == {"prometheus_url": "http://p", "token": "t"}  # the caller's entry is untouched
+    assert source_secrets_open("kubernetes", source_secrets_seal("kubernetes", found)) == found
+    assert source_secrets_merge(options, found) == given and options["telemetry"] == {"prometheus_url": "http://p"}
+    # The entry went from the config (or is no mapping): its secret is not put back.
+    assert source_secrets_merge({"in_cluster": True}, found) == {"in_cluster": True}
+    assert source_secrets_merge({"telemetry": "x"}, found) == {"telemetry": "x"}
+    assert source_secrets_split("kubernetes", {"telemetry": "x"}) == ({"telemetry": "x"}, {})
 
 
 @pytest.mark.django_db
