@@ -108,10 +108,17 @@ class HostFact:
 @dataclass(frozen=True)
 class Discovery:
     """Everything one discovery pass of one source found. `error` is set when the whole source
-    failed (API server unreachable); per-host failures live on each HostFact instead."""
+    failed (API server unreachable); per-host failures live on each HostFact instead.
+
+    Telemetry read apart from the hosts (Kubernetes: DCGM metrics from Prometheus) says how it
+    went: `telemetry_ok` when it was read this pass, `telemetry_error` (words) when it is
+    configured but could not be read (then every GPU's telemetry is None); neither for a source
+    without such telemetry."""
 
     hosts: tuple[HostFact, ...] = ()
     error: str = ""
+    telemetry_ok: bool = False
+    telemetry_error: str = ""
 
 
 # --- binding ------------------------------------------------------------------------------------
@@ -197,7 +204,8 @@ class Connector(ABC):
     spans_sources: ClassVar[bool] = True
     #: Keys a config entry of this kind may carry (besides name, kind, pool).
     config_keys: ClassVar[frozenset[str]] = frozenset()
-    #: Config keys holding secrets: stored encrypted apart from the config, never exported.
+    #: Config keys holding secrets: stored encrypted apart from the config, never exported. A
+    #: dotted path names a key of a nested entry (`telemetry.token`).
     secret_fields: ClassVar[tuple[str, ...]] = ()
 
     # Timeouts and retries: class-wide defaults that one instance may change (its config entry

@@ -21,6 +21,9 @@ from agents.k8s_resources import LEASE_LABEL, is_gpu_resource, parse_count, reso
 OWNER_ANNOTATION = "gpupool.io/owner"
 LEASE_ID_ANNOTATION = "gpupool.io/lease-id"
 REQUESTED_NAME_ANNOTATION = "gpupool.io/requested-name"
+#: The GPUs the lease holds (comma-separated uuids): with the DCGM exporter's pod mapping, telemetry
+#: learns which physical GPUs they are (agents.k8s_telemetry), which the device plugin picked.
+GPUS_ANNOTATION = "gpupool.io/gpus"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 #: The schema version manifests are checked against (kubernetes-validate ships 1.25 to 1.37).
 KUBERNETES_SCHEMA_VERSION = "1.37.0"
@@ -93,7 +96,8 @@ def build_pod(
       container (or to the first container when none asks), so the pod holds exactly the
       leased GPUs and no leased GPU is left for another pod to take;
     * toleration for the `nvidia.com/gpu` NoSchedule taint, label `gpupool.io/lease`,
-      annotations `gpupool.io/owner` and `gpupool.io/lease-id`; `restartPolicy` Never unless set.
+      annotations `gpupool.io/owner`, `gpupool.io/lease-id` and `gpupool.io/gpus` (the leased
+      uuids); `restartPolicy` Never unless set.
 
     Refuses (AgentError, permanent) anything that is not a v1 Pod, has no containers, pins
     another node, asks for fractional GPUs or for more GPUs than the lease holds.
@@ -106,6 +110,7 @@ def build_pod(
     metadata = _checked_metadata(pod)
     _pin_to_node(spec, host_name)
     _mark_as_lease(metadata, lease_id=lease_id, namespace=namespace, owner=owner)
+    metadata["annotations"][GPUS_ANNOTATION] = ",".join(gpu_uuids)
     _give_leased_gpus(spec, leased_resources(host_name, gpu_uuids, uuid_scope))
     return pod
 

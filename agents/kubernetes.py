@@ -2,7 +2,8 @@
 
 Config keys (see CONTRACT.md): `kubeconfig` (path) or `in_cluster: true`, `context`,
 `namespace` (where bound pods go, default `gpupool-jobs`), `host` (API URL override, used by
-tests), `request_timeout` (s, default 10), `pending_deadline_s` (default 300).
+tests), `request_timeout` (s, default 10), `pending_deadline_s` (default 300), `telemetry`
+(DCGM metrics from Prometheus: `agents.k8s_telemetry`).
 
 The API server is reached through `agents.k8s_api.KubeApi`, whose calls are bounded and retried
 by the base Connector's timeouts and budget; nodes become facts in `agents.k8s_nodes`, and the
@@ -32,6 +33,8 @@ from agents.k8s_nodes import node_to_host
 from agents.k8s_pod_manifest import build_pod, lease_label_value, validate_pod
 from agents.k8s_pod_status import events_text, pod_status
 from agents.k8s_resources import LEASE_LABEL, is_active_pod
+from agents.k8s_telemetry import SECRET_FIELDS as TELEMETRY_SECRETS
+from agents.k8s_telemetry import Telemetry, validate_telemetry
 
 DEFAULT_NAMESPACE = "gpupool-jobs"
 DEFAULT_PENDING_DEADLINE_S = 300
@@ -58,8 +61,10 @@ class KubernetesConnector(Connector):
             "host",
             "request_timeout",
             "pending_deadline_s",
+            "telemetry",
         }
     )
+    secret_fields = TELEMETRY_SECRETS
 
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
         super().__init__(name, config)
@@ -69,6 +74,8 @@ class KubernetesConnector(Connector):
         )
         # `self.retrying` reads the retry settings at each call, so a test may shrink them later.
         self.api = KubeApi(config, self.retrying)
+        # Two budgets for the telemetry read: it is nine queries, each retried within one.
+        self.telemetry = Telemetry.from_config(config, self.retrying, budget_s=lambda: 2 * self.retry_budget_s)
 
     # --- configuration ----------------------------------------------------------------------------
 
@@ -92,6 +99,8 @@ class KubernetesConnector(Connector):
             value = config.get(key, 1)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 errors.append(f"'{key}' must be a positive number of seconds, got {value!r}")
+        if "telemetry" in config:
+            errors.extend(validate_telemetry(config["telemetry"]))
         return errors
 
     def close(self) -> None:
@@ -135,6 +144,8 @@ class KubernetesConnector(Connector):
                 host = HostFact(name=name, state=HOST_OFFLINE, error=f"cannot read node: {exc}")
             if host.gpus or host.error:
                 hosts.append(host)
+        if self.telemetry is not None:  # DCGM metrics; a failure to read them never fails discovery
+            return self.telemetry.discovery(hosts, pods)
         return Discovery(hosts=tuple(hosts))
 
     # --- binding ------------------------------------------------------------------------------

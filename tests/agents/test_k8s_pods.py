@@ -53,6 +53,8 @@ def test_pod_is_pinned_marked_tolerated_and_given_the_leased_gpus() -> None:
         "gpupool.io/owner": "gpupool source prod",
         "gpupool.io/lease-id": LEASE,
         "gpupool.io/requested-name": "my-training",
+        # The leased GPUs: DCGM's pod mapping tells telemetry which physical GPUs they are.
+        "gpupool.io/gpus": ",".join(gpu_uuid(NODE, "nvidia.com/gpu", i) for i in range(2)),
     }
     assert pod["spec"]["nodeName"] == NODE
     assert pod["spec"]["restartPolicy"] == "Never"
