@@ -81,9 +81,9 @@ class SourceAdmin(PoolAdminAccess, admin.ModelAdmin):
     search_fields = ["name", "last_error"]
     # The encrypted private key is never shown, not even as ciphertext: `apply` sets it.
     exclude = ["secret"]
-    readonly_fields = ["key_stored", "last_discovery_at", "last_error"]
+    readonly_fields = ["key_stored", "last_discovery_at", "last_error", "telemetry_at", "telemetry_error"]
 
-    @admin.display(boolean=True, description="private key stored")
+    @admin.display(boolean=True, description="secrets stored")
     def key_stored(self, obj: Source) -> bool:
         return bool(obj.secret)
 

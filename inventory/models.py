@@ -49,6 +49,10 @@ class Source(models.Model):
     last_error = models.TextField(blank=True, default="")
     # Per-GPU telemetry history is sampled less often than discovery runs (see SAMPLE_INTERVAL_S).
     last_sample_at = models.DateTimeField(null=True, blank=True)
+    # Telemetry read apart from discovery (a Kubernetes source's Prometheus): why it could not be
+    # read at the last discovery ("" when it was, or when there is none) and when it last was.
+    telemetry_error = models.TextField(blank=True, default="")
+    telemetry_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -58,12 +58,23 @@ def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = 
         hosts = _sync_hosts(source, discovery.hosts, now, report)
         vanished = _sync_gpus(source, discovery.hosts, hosts, now, report)
         gpu_refresh_states(Gpu.objects.filter(host__source=source))
-        Source.objects.filter(pk=source.pk).update(last_error="", last_discovery_at=now)
+        Source.objects.filter(pk=source.pk).update(last_error="", last_discovery_at=now,
+                                                   **_telemetry_state(discovery, now))
     if vanished:
         gpus_vanished.send(sender=Source, gpu_ids=vanished, reason=f"GPU no longer reported by source {source.name}")
     if report.created or report.gone or report.updated:
         inventory_changed.send(sender=Source, pool_ids={source.pool_id})
     return report
+
+
+def _telemetry_state(discovery: Discovery, now: datetime) -> dict[str, Any]:
+    """The source's telemetry columns after a discovery: read now, or why not (the last good read
+    stays), or neither for a source without separate telemetry."""
+    if discovery.telemetry_ok:
+        return {"telemetry_error": "", "telemetry_at": now}
+    if discovery.telemetry_error:
+        return {"telemetry_error": discovery.telemetry_error}
+    return {"telemetry_error": "", "telemetry_at": None}
 
 
 def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,

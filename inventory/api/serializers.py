@@ -51,12 +51,17 @@ class HostSerializer(serializers.ModelSerializer):
     gpu_count = serializers.IntegerField(read_only=True, help_text="GPUs on this host (gone ones excluded).")
     state = serializers.ChoiceField(choices=HostState.choices, read_only=True,
                                     help_text="Effective state: offline wins, then drain/cordon, then ready.")
+    telemetry_error = serializers.CharField(
+        source="source.telemetry_error", read_only=True,
+        help_text="Why the GPU telemetry of its source could not be read at the last discovery (a Kubernetes "
+                  "source's Prometheus: its GPUs' utilisation is then null); empty when it was read, or when the "
+                  "source reads telemetry as part of discovery (SSH).")
 
     class Meta:
         model = Host
         fields = ["id", "name", "address", "source", "kind", "state", "reported_state",
                   "admin_state", "driver_version", "cuda_version", "gpu_count", "foreign_gpus",
-                  "labels", "taints", "error", "last_seen"]
+                  "labels", "taints", "error", "telemetry_error", "last_seen"]
         extra_kwargs = {
             "id": {"help_text": "Numeric id (used in cordon/drain/uncordon URLs)."},
             "name": {"help_text": "Host or node name."},
