@@ -58,6 +58,9 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 #: Node labels, in order of trust: a scrape config's relabelled node name, then the exporter's.
 NODE_LABELS = ("node", "kubernetes_node", "Hostname")
 _POD_LABELS = (("exported_namespace", "exported_pod"), ("namespace", "pod"))
+#: What tells one series' device (and pod) from another's.
+_IDENTITY_LABELS = (*NODE_LABELS, "UUID", "gpu", "GPU_I_ID", "GPU_I_PROFILE",
+                    *(k for pair in _POD_LABELS for k in pair))
 
 
 @dataclass
@@ -107,20 +110,21 @@ def node_readings(answers: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
     value wins (busy rather than idle, an error count rather than none) and the pods add up.
     """
     devices: dict[tuple[str, str, int | None], Device] = {}
+    # The device of each distinct set of identifying labels, parsed once: a cluster's answers
+    # hold every device once per metric (tens of thousands of series).
+    seen: dict[tuple[Any, ...], Device | None] = {}
     for metric, samples in answers.items():
         low, high = _RANGES.get(metric, (-math.inf, math.inf))
         for sample in samples:
             labels = sample.get("metric")
-            if not isinstance(labels, Mapping):
+            if not isinstance(labels, dict):  # JSON objects: a dict check is cheaper than Mapping's
                 continue
-            device = _device(labels)
-            if device is None:
+            ident = tuple(map(labels.get, _IDENTITY_LABELS))
+            if ident not in seen:
+                seen[ident] = _known_device(labels, devices)
+            known = seen[ident]
+            if known is None:
                 continue
-            key = (device.node, device.physical, device.instance)
-            known = devices.setdefault(key, device)
-            pod = _pod(labels)
-            if pod:
-                known.pods.add(pod)
             value = sample_value(sample)
             if value is not None and low <= value <= high:
                 known.values[metric] = max(value, known.values.get(metric, value))
@@ -128,6 +132,19 @@ def node_readings(answers: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[st
     for device in devices.values():
         by_node[device.node].append(device)
     return dict(by_node)
+
+
+def _known_device(labels: Mapping[str, Any], devices: dict[tuple[str, str, int | None], Device]) -> Device | None:
+    """The device these labels name (the one already in `devices` if any), with their pod."""
+    device = _device(labels)
+    if device is None:
+        return None
+    known = devices.setdefault((device.node, device.physical, device.instance), device)
+    for namespace_key, pod_key in _POD_LABELS:
+        if labels.get(pod_key):
+            known.pods.add((str(labels.get(namespace_key) or ""), str(labels[pod_key])))
+            break
+    return known
 
 
 def _device(labels: Mapping[str, Any]) -> Device | None:
@@ -141,13 +158,6 @@ def _device(labels: Mapping[str, Any]) -> Device | None:
     if instance is None and profile:
         instance = 0  # a profile without an instance id: still an instance, not the whole GPU
     return Device(node=node, gpu=gpu, uuid=uuid, instance=instance, profile=profile)
-
-
-def _pod(labels: Mapping[str, Any]) -> tuple[str, str] | None:
-    for namespace_key, pod_key in _POD_LABELS:
-        if labels.get(pod_key):
-            return str(labels.get(namespace_key) or ""), str(labels[pod_key])
-    return None
 
 
 def _int(value: Any) -> int | None:
