@@ -55,6 +55,9 @@ _RANGES = {
 #: crashed leaves the GPU healthy.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 
+#: How a real NVIDIA GPU UUID starts (synthetic Kubernetes ones start `k8s-`).
+NVIDIA_UUID_PREFIX = "GPU-"
+
 #: Node labels, in order of trust: a scrape config's relabelled node name, then the exporter's.
 NODE_LABELS = ("node", "kubernetes_node", "Hostname")
 _POD_LABELS = (("exported_namespace", "exported_pod"), ("namespace", "pod"))
@@ -199,12 +202,14 @@ def match_node(facts: Sequence[GpuFact], devices: Sequence[Device],
                pod_gpus: Mapping[tuple[str, str], Sequence[str]]) -> dict[str, Match]:
     """GpuFact uuid → its device, for one node. Rules, first match wins:
 
-    1. A fact with a real NVIDIA UUID (`GPU-…`): the device with that `UUID`; a MIG fact whose
+    1. A fact with a real NVIDIA UUID (`GPU-…`): the device with that `UUID` (a GPU in MIG mode
+       included: its device-wide values), or none; a MIG fact whose
        parent (`parent_uuid`, else `physical_uuid`) is known: that GPU's instances of its profile.
     2. A fact a gpupool pod holds (`pod_gpus`: (namespace, pod) → the uuids its lease holds):
        the devices DCGM says that pod uses, by profile. Exact, where the exporter maps pods.
     3. MIG facts: the node's remaining instances of the same profile, both in order.
-    4. Whole GPUs: the remaining non-MIG devices, `gpu` index = fact index first, then in order.
+    4. Whole GPUs without a real UUID: the remaining non-MIG devices, `gpu` index = fact index
+       first, then in order.
        The device plugin, not gpupool, picks a pod's devices, so for a GPU no pod attributes
        this is a guess that keeps counts right (how many GPUs of the node are busy, unhealthy).
        Time-sliced replicas count as one physical GPU per `shared_replicas` of them.
@@ -243,7 +248,8 @@ class _Pairing:
         return [f for f in self.facts if f.uuid not in self.out]
 
     def by_uuid(self) -> None:
-        whole = {d.uuid: d for d in self.whole if d.uuid}
+        # A GPU in MIG mode reads its own series too (device-wide values: temperature, power, XID).
+        whole = {d.uuid: d for d in (*self.whole, *self.parents.values()) if d.uuid}
         for fact in self.facts:
             if not fact.mig_profile and fact.uuid in whole:
                 self.give([fact], [whole[fact.uuid]])
@@ -273,7 +279,8 @@ class _Pairing:
         the device of the slot's index first, the rest in order."""
         slots: dict[int, list[GpuFact]] = defaultdict(list)
         for fact in self.unpaired():
-            if not fact.mig_profile:
+            # A GPU known by its NVIDIA UUID is that GPU or none: no guess for it.
+            if not fact.mig_profile and not fact.uuid.startswith(NVIDIA_UUID_PREFIX):
                 slots[fact.index // max(1, fact.shared_replicas)].append(fact)
         free = [d for d in self.whole if id(d) not in self.taken]
         by_index = {d.gpu: d for d in free if d.gpu is not None}

@@ -104,6 +104,19 @@ def test_gpus_with_real_nvidia_uuids_pair_by_uuid_whatever_the_index() -> None:
     assert {u: f.utilization_pct for u, f in out.items()} == {"GPU-a": 4, "GPU-b": 3, "GPU-c": 2, "GPU-d": 1}
 
 
+def test_a_gpu_known_by_its_uuid_is_never_paired_by_guess_and_a_mig_parent_reads_its_own_series() -> None:
+    facts = (GpuFact(uuid="GPU-gone", index=0, model="A100"), GpuFact(uuid="GPU-mig", index=1, model="A100"),
+             GpuFact(uuid="MIG-1", index=2, model="A100 MIG 1g.10gb", mig_profile="1g.10gb", parent_uuid="GPU-mig"))
+    gpus = [DcgmGpu("n", 0, "GPU-other", util=50),  # a GPU discovery does not know: nobody's
+            DcgmGpu("n", 1, "GPU-mig", util=None, temp=66),
+            DcgmGpu("n", 1, "GPU-mig", util=None, temp=None, fb_used=512, gr_engine_active=0.25, instance=3,
+                    profile="1g.10gb")]
+    out = merged(HostFact(name="n", gpus=facts), *gpus)
+    assert (out["GPU-gone"].utilization_pct, out["GPU-gone"].temperature_c) == (None, None)
+    assert (out["GPU-mig"].utilization_pct, out["GPU-mig"].temperature_c) == (None, 66)
+    assert (out["MIG-1"].utilization_pct, out["MIG-1"].memory_used_mb, out["MIG-1"].temperature_c) == (25.0, 512, 66)
+
+
 def test_a_lease_pod_gets_the_devices_dcgm_maps_it_to_and_free_gpus_the_rest() -> None:
     node = host("h100-notready")
     uuids = [g.uuid for g in node.gpus]
