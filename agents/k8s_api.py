@@ -38,8 +38,14 @@ class Refused(Exception):
         self.message = message
 
 
+#: The client's API classes a source calls, in lookup order: a method name is looked up on each
+#: (their method names do not overlap: `list_node` is core, `list_resource_slice` is DRA's).
+API_CLASSES = ("CoreV1Api", "ResourceV1Api")
+
+
 class KubeApi:
-    """The CoreV1Api of one source, JSON in and out.
+    """The CoreV1Api and ResourceV1Api (Dynamic Resource Allocation, `resource.k8s.io/v1`) of one
+    source, JSON in and out.
 
     `config` is the source's entry: `kubeconfig` (path) with optional `context`, or
     `in_cluster: true`; `host` overrides the API URL (tests).
@@ -49,7 +55,7 @@ class KubeApi:
         self.config = config
         self.retrying = retrying
         self._api_client: Any = None
-        self._core_api: Any = None
+        self._apis: list[Any] = []
 
     @property
     def where(self) -> str:
@@ -57,13 +63,14 @@ class KubeApi:
         return f"Kubernetes API ({host})"
 
     def call(self, what: str, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Call `CoreV1Api.<method>` and return the JSON answer as a dict.
+        """Call `<method>` of CoreV1Api (or, for DRA's methods, ResourceV1Api) and return the
+        JSON answer as a dict.
 
         Transient failures are retried (see `Connector.retrying`), then raise
         AgentError(permanent=False). Other 4xx raise AgentError(permanent=True) with the API's
         own message. 404 and 409 raise `Refused`: callers give them a meaning.
         """
-        api = self._api()
+        api = self._api_with(method)
 
         def attempt(timeout: float) -> dict[str, Any]:
             return _request(api, what, method, timeout, *args, **kwargs)
@@ -81,16 +88,58 @@ class KubeApi:
             if not token:
                 return items
 
+    def create_or_adopt(
+        self,
+        kind: str,
+        namespace: str,
+        obj: Mapping[str, Any],
+        *,
+        create: str,
+        read: str,
+        ours: Callable[[Mapping[str, Any]], bool],
+        owner: str,
+    ) -> dict[str, Any]:
+        """Create `obj` (a `kind`, "pod") in `namespace`, or adopt the one of its name that a
+        retried create finds (409) when `ours(existing)` says it is ours; `create` and `read`
+        name the client methods. Someone else's object of that name is a permanent error that
+        says it does not belong to `owner`; a 404 on create (no such namespace, or a type the
+        cluster does not serve) is permanent too."""
+        name = obj["metadata"]["name"]
+        what = f"cannot create {kind} {namespace}/{name}"
+        try:
+            return self.call(what, create, namespace, obj)
+        except Refused as exc:
+            if exc.status == 404:  # the API says which: usually the namespace is missing
+                raise AgentError(f"{what}: {exc.message}", permanent=True) from None
+        try:
+            existing = self.call(f"cannot read {kind} {namespace}/{name}", read, name, namespace)
+        except Refused as exc:
+            # Deleted between our create and read: the caller's retry will create it afresh.
+            raise AgentError(f"{what}: {exc.message}", permanent=False) from None
+        if not ours(existing):
+            raise AgentError(
+                f"{what}: a {kind} of that name already exists and does not belong to {owner}",
+                permanent=True,
+            )
+        return existing
+
     def close(self) -> None:
         """Drop the HTTP connection pool. A new one is built if used again."""
         if self._api_client is not None:
             self._api_client.close()
-        self._api_client = self._core_api = None
+        self._api_client, self._apis = None, []
 
-    def _api(self) -> Any:
-        """The CoreV1Api of this source's own ApiClient, built on first use."""
-        if self._core_api is not None:
-            return self._core_api
+    def _api_with(self, method: str) -> Any:
+        """The API object (of this source's own ApiClient, built on first use) that has `method`."""
+        for api in self._api():
+            if hasattr(api, method):
+                return api
+        raise AgentError(f"the Kubernetes client has no API call {method!r}", permanent=True)
+
+    def _api(self) -> list[Any]:
+        """The API objects of this source's own ApiClient, built on first use."""
+        if self._apis:
+            return self._apis
         from kubernetes import client
 
         configuration = client.Configuration()
@@ -100,8 +149,8 @@ class KubeApi:
         # Retries belong to `retrying` (with backoff and a budget), not to urllib3's silent ones.
         configuration.retries = 0
         self._api_client = client.ApiClient(configuration)
-        self._core_api = client.CoreV1Api(self._api_client)
-        return self._core_api
+        self._apis = [getattr(client, name)(self._api_client) for name in API_CLASSES]
+        return self._apis
 
     def _load_credentials(self, configuration: Any) -> None:
         from kubernetes import config as kube_config

@@ -61,6 +61,9 @@ _SINGLE_MIG_PRODUCT_RE = re.compile(r"^(?P<base>.+)-MIG-(?P<profile>\d+g\.\d+gb(
 _PROFILE_MEMORY_RE = re.compile(r"\.(\d+)gb")
 _NAME_MEMORY_RE = re.compile(r"(\d+)gb", re.IGNORECASE)
 _UNKNOWN_MODEL = "NVIDIA GPU"
+#: The error of a node that looks like a GPU node but whose device plugin advertises no GPU
+#: (on a DRA node, its ResourceSlices may name them instead: `k8s_dra.with_dra`).
+NO_PLUGIN_GPUS_ERROR = "node has GPU labels but its device plugin advertises no GPUs"
 
 # Nominal memory (GiB) of cloud accelerators whose label carries no size. Nominal, not what
 # nvidia-smi reports; hosts with GFD labels use the exact `nvidia.com/gpu.memory` instead.
@@ -107,7 +110,7 @@ def node_to_host(
     gpus = tuple(_gpu_facts(name, labels, status, scope))
     error = ""
     if not gpus and any(labels.get(key, "") not in ("", "false", "0") for key in _GPU_NODE_LABELS):
-        error = "node has GPU labels but its device plugin advertises no GPUs"
+        error = NO_PLUGIN_GPUS_ERROR
 
     return HostFact(
         name=name,

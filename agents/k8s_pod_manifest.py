@@ -13,10 +13,12 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agents.base import AgentError
 from agents.k8s_resources import LEASE_LABEL, is_gpu_resource, parse_count, resource_for_uuid
+from agents.k8s_schema import KUBERNETES_SCHEMA_VERSION, validate_object
 
 OWNER_ANNOTATION = "gpupool.io/owner"
 LEASE_ID_ANNOTATION = "gpupool.io/lease-id"
@@ -25,8 +27,6 @@ REQUESTED_NAME_ANNOTATION = "gpupool.io/requested-name"
 #: learns which physical GPUs they are (agents.k8s_telemetry), which the device plugin picked.
 GPUS_ANNOTATION = "gpupool.io/gpus"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-#: The schema version manifests are checked against (kubernetes-validate ships 1.25 to 1.37).
-KUBERNETES_SCHEMA_VERSION = "1.37.0"
 
 _NAME_PREFIX = "gpupool-"
 _MAX_NAME = 63  # pod names end up as hostnames: keep them DNS labels, not just subdomains
@@ -44,6 +44,19 @@ _SERVER_METADATA = (
     "selfLink",
     "generateName",
 )
+
+
+#: The name under which a DRA pod refers to its lease's ResourceClaim (`spec.resourceClaims`).
+POD_CLAIM_REF = "gpupool-gpus"
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    """The ResourceClaim a pod gets its leased devices through: its object name, and its
+    requests' names, one per leased device (`agents.k8s_claim`)."""
+
+    name: str
+    requests: tuple[str, ...]
 
 
 def pod_name(lease_id: str) -> str:
@@ -71,6 +84,13 @@ def lease_label_value(lease_id: str) -> str:
     return "h-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+def labelled_for(obj: Mapping[str, Any], lease_id: str) -> bool:
+    """True when the object `obj` (API JSON) carries the `gpupool.io/lease` label of `lease_id`:
+    it is ours, for this lease."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, Mapping) and labels.get(LEASE_LABEL) == lease_label_value(lease_id)
+
+
 def leased_resources(host_name: str, gpu_uuids: Sequence[str], scope: str = "") -> list[str]:
     """One extended-resource name per leased GPU (`nvidia.com/gpu`, `nvidia.com/mig-…`) on
     `host_name` of the source `scope`."""
@@ -86,6 +106,7 @@ def build_pod(
     namespace: str,
     owner: str,
     uuid_scope: str = "",
+    claim: PodClaim | None = None,
 ) -> dict[str, Any]:
     """Return the Pod to create for a lease (a new dict; `manifest` is not modified).
 
@@ -95,6 +116,11 @@ def build_pod(
       that asks for GPUs keeps its count; the remainder of the lease goes to the first asking
       container (or to the first container when none asks), so the pod holds exactly the
       leased GPUs and no leased GPU is left for another pod to take;
+    * with `claim` (Dynamic Resource Allocation: the devices are named in a ResourceClaim), no
+      GPU limits: the pod refers to the claim and each container gets its share of the claim's
+      requests (split as above) in `resources.claims`; the pod is pinned to the node by a
+      required node affinity on its name instead of `nodeName`, since only the scheduler
+      allocates claims;
     * toleration for the `nvidia.com/gpu` NoSchedule taint, label `gpupool.io/lease`,
       annotations `gpupool.io/owner`, `gpupool.io/lease-id` and `gpupool.io/gpus` (the leased
       uuids); `restartPolicy` Never unless set.
@@ -108,40 +134,26 @@ def build_pod(
     spec = _checked_spec(pod, host_name)
     pod["apiVersion"], pod["kind"] = "v1", "Pod"
     metadata = _checked_metadata(pod)
-    _pin_to_node(spec, host_name)
     _mark_as_lease(metadata, lease_id=lease_id, namespace=namespace, owner=owner)
     metadata["annotations"][GPUS_ANNOTATION] = ",".join(gpu_uuids)
-    _give_leased_gpus(spec, leased_resources(host_name, gpu_uuids, uuid_scope))
+    _tolerate_gpu_taint(spec)
+    if claim is None:
+        spec["nodeName"] = host_name  # bypass the scheduler: the pool already decided
+        _give_leased(spec, leased_resources(host_name, gpu_uuids, uuid_scope), None)
+    else:
+        if len(claim.requests) != len(gpu_uuids):
+            raise AgentError("the ResourceClaim must name every leased GPU once", permanent=True)
+        _pin_through_scheduler(spec, host_name)
+        _refer_to_claim(spec, claim)
+        _give_leased(spec, list(claim.requests), POD_CLAIM_REF)
     return pod
 
 
-def validate_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """Check `pod` against the real Pod schema (strict: unknown fields are errors).
-
-    Returns the JSON-ready form (`ApiClient.sanitize_for_serialization`, which also turns any
-    client model objects or datetimes into plain JSON). Raises AgentError(permanent=True) with
-    the schema's message and the path of the offending field.
-    """
-    import kubernetes_validate
-    from kubernetes.client import ApiClient
-
-    with ApiClient() as api_client:
-        data: dict[str, Any] = api_client.sanitize_for_serialization(dict(pod))
-    try:
-        kubernetes_validate.validate(data, KUBERNETES_SCHEMA_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        where = _json_path(exc.absolute_path)
-        raise AgentError(
-            f"the Pod manifest is invalid: {where}: {exc.message}"
-            if where
-            else f"the Pod manifest is invalid: {exc.message}",
-            permanent=True,
-        ) from None
-    except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as exc:
-        raise AgentError(
-            f"cannot validate the Pod manifest: {exc.message}", permanent=True
-        ) from None
-    return data
+def validate_pod(pod: Mapping[str, Any], versions: Sequence[str] = (KUBERNETES_SCHEMA_VERSION,)) -> dict[str, Any]:
+    """Check `pod` against the real Pod schema (strict: unknown fields are errors) of each of
+    `versions`; return its JSON-ready form. Raises AgentError(permanent=True) with the schema's
+    message and the path of the offending field (`agents.k8s_schema.validate_object`)."""
+    return validate_object(pod, "the Pod manifest", versions)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -192,16 +204,50 @@ def _checked_metadata(pod: dict[str, Any]) -> dict[str, Any]:
     return metadata
 
 
-def _pin_to_node(spec: dict[str, Any], host_name: str) -> None:
-    """Bypass the scheduler (the pool already decided) and tolerate the GPU taint."""
+def _tolerate_gpu_taint(spec: dict[str, Any]) -> None:
+    """Tolerate the usual GPU taint; `restartPolicy` Never unless the manifest sets one."""
     tolerations = spec.get("tolerations") or []
     if not isinstance(tolerations, list):
         raise AgentError("the Pod manifest's spec.tolerations must be a list", permanent=True)
-    spec["nodeName"] = host_name
     spec.setdefault("restartPolicy", "Never")
     if not any(_covers_gpu_taint(t) for t in tolerations):
         tolerations = [*tolerations, dict(GPU_TOLERATION)]
     spec["tolerations"] = tolerations
+
+
+def _pin_through_scheduler(spec: dict[str, Any], host_name: str) -> None:
+    """Pin the pod to `host_name` by a required node affinity on the node's name, not by
+    `spec.nodeName`: only the scheduler allocates ResourceClaims, and a pod created with
+    `nodeName` set never passes through it (kubelet would wait for the allocation forever).
+    The pin is added to each of the manifest's own required terms (terms are ORed, a term's
+    requirements ANDed), so the pod still goes nowhere else."""
+    spec.pop("nodeName", None)  # `_checked_spec` made sure it named this node, if anything
+    affinity = _mapping_at(spec, "affinity")
+    node_affinity = _mapping_at(affinity, "nodeAffinity", "affinity.")
+    required = _mapping_at(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", "affinity.nodeAffinity.")
+    terms = required.get("nodeSelectorTerms") or [{}]
+    if not isinstance(terms, list) or not all(isinstance(t, dict) for t in terms):
+        raise AgentError("the Pod manifest's nodeSelectorTerms must be a list of mappings", permanent=True)
+    pin = {"key": "metadata.name", "operator": "In", "values": [host_name]}
+    required["nodeSelectorTerms"] = [{**t, "matchFields": [*(t.get("matchFields") or []), pin]} for t in terms]
+
+
+def _mapping_at(parent: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    value = parent.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise AgentError(f"the Pod manifest's spec.{where}{key} must be a mapping", permanent=True)
+    return value
+
+
+def _refer_to_claim(spec: dict[str, Any], claim: PodClaim) -> None:
+    """Add the lease's ResourceClaim to the pod's `spec.resourceClaims` (the manifest may have
+    claims of its own: they stay)."""
+    claims = spec.get("resourceClaims") or []
+    if not isinstance(claims, list) or not all(isinstance(c, Mapping) for c in claims):
+        raise AgentError("the Pod manifest's spec.resourceClaims must be a list of mappings", permanent=True)
+    if any(c.get("name") == POD_CLAIM_REF for c in claims):
+        raise AgentError(f"the Pod manifest already has a resource claim named {POD_CLAIM_REF!r}", permanent=True)
+    spec["resourceClaims"] = [*claims, {"name": POD_CLAIM_REF, "resourceClaimName": claim.name}]
 
 
 def _mark_as_lease(metadata: dict[str, Any], *, lease_id: str, namespace: str, owner: str) -> None:
@@ -223,14 +269,16 @@ def _mark_as_lease(metadata: dict[str, Any], *, lease_id: str, namespace: str, o
     metadata["annotations"] = annotations
 
 
-def _give_leased_gpus(spec: dict[str, Any], units: list[str]) -> None:
-    _assign_gpus(spec["containers"], units, fill=True)
+def _give_leased(spec: dict[str, Any], units: list[str], claim_ref: str | None) -> None:
+    """Give the containers the leased `units`: extended resources as limits, or (with
+    `claim_ref`, the DRA path) requests of the pod's claim as `resources.claims`."""
+    _assign_gpus(spec["containers"], units, fill=True, claim_ref=claim_ref)
     for init in spec.get("initContainers") or []:
         # Init containers run one at a time before the app containers and reuse the same
         # devices: each may ask for up to the whole lease, and gets what it asked for.
         if not isinstance(init, dict):
             raise AgentError("every entry of spec.initContainers must be a mapping", permanent=True)
-        _assign_gpus([init], units, fill=False)
+        _assign_gpus([init], units, fill=False, claim_ref=claim_ref)
 
 
 def _covers_gpu_taint(toleration: Any) -> bool:
@@ -267,7 +315,9 @@ def _asked_gpus(container: Mapping[str, Any]) -> int:
     return asked
 
 
-def _assign_gpus(containers: list[dict[str, Any]], units: list[str], *, fill: bool) -> None:
+def _assign_gpus(
+    containers: list[dict[str, Any]], units: list[str], *, fill: bool, claim_ref: str | None
+) -> None:
     """Rewrite the GPU resources of `containers` to name the leased units.
 
     With `fill`, the part of the lease nobody asked for goes to the first asking container
@@ -284,31 +334,34 @@ def _assign_gpus(containers: list[dict[str, Any]], units: list[str], *, fill: bo
         asks[first] += len(units) - sum(asks)
     position = 0
     for container, ask in zip(containers, asks, strict=True):
-        mine = units[position : position + ask]
+        _give_container(container, units[position : position + ask], claim_ref)
         position += ask
-        resources = dict(container.get("resources") or {})
-        limits = {
-            k: v for k, v in (resources.get("limits") or {}).items() if not is_gpu_resource(k)
-        }
-        requests = resources.get("requests")
-        if requests is not None:
-            requests = {k: v for k, v in requests.items() if not is_gpu_resource(k)}
+
+
+def _give_container(container: dict[str, Any], mine: list[str], claim_ref: str | None) -> None:
+    """Replace the container's GPU limits (and requests) by `mine`, counted per resource; or,
+    with `claim_ref`, drop them for one `resources.claims` entry per unit (a request of the
+    pod's claim: exactly that device)."""
+    resources = dict(container.get("resources") or {})
+    limits = {k: v for k, v in (resources.get("limits") or {}).items() if not is_gpu_resource(k)}
+    requests = resources.get("requests")
+    if requests is not None:
+        requests = {k: v for k, v in requests.items() if not is_gpu_resource(k)}
+    if claim_ref is None:
         for resource in mine:
             limits[resource] = str(int(limits.get(resource, 0)) + 1)
             if requests is not None:
                 requests[resource] = limits[resource]
-        if limits:
-            resources["limits"] = limits
-        else:
-            resources.pop("limits", None)
-        if requests is not None:
-            resources["requests"] = requests
-        if resources:
-            container["resources"] = resources
-
-
-def _json_path(path: Sequence[Any]) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
+    elif mine:
+        claims = resources.get("claims") or []
+        if not isinstance(claims, list):
+            raise AgentError("container resources.claims must be a list", permanent=True)
+        resources["claims"] = [*claims, *({"name": claim_ref, "request": r} for r in mine)]
+    if limits:
+        resources["limits"] = limits
+    else:
+        resources.pop("limits", None)
+    if requests is not None:
+        resources["requests"] = requests
+    if resources:
+        container["resources"] = resources

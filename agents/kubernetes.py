@@ -3,15 +3,19 @@
 Config keys (see CONTRACT.md): `kubeconfig` (path) or `in_cluster: true`, `context`,
 `namespace` (where bound pods go, default `gpupool-jobs`), `host` (API URL override, used by
 tests), `request_timeout` (s, default 10), `pending_deadline_s` (default 300), `telemetry`
-(DCGM metrics from Prometheus: `agents.k8s_telemetry`).
+(DCGM metrics from Prometheus: `agents.k8s_telemetry`), `device_binding` (`auto`, `dra` or
+`device_plugin`: how a pod gets its leased GPUs; see `agents.k8s_dra_api`).
 
 The API server is reached through `agents.k8s_api.KubeApi`, whose calls are bounded and retried
 by the base Connector's timeouts and budget; nodes become facts in `agents.k8s_nodes`, and the
 lease's Pod is built in `agents.k8s_pod_manifest` and read back in `agents.k8s_pod_status`.
+On nodes whose GPUs an NVIDIA DRA driver publishes (`agents.k8s_dra`), a pod gets exactly the
+leased devices through a ResourceClaim (`agents.k8s_claim`) instead of a count of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -29,10 +33,14 @@ from agents.base import (
     HostFact,
 )
 from agents.k8s_api import KubeApi, Refused
+from agents.k8s_claim import build_claim, pod_claim, validate_claim
+from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, validate_device_binding, with_dra
+from agents.k8s_dra_api import DraCalls
 from agents.k8s_nodes import node_to_host
-from agents.k8s_pod_manifest import build_pod, lease_label_value, validate_pod
+from agents.k8s_pod_manifest import build_pod, labelled_for, validate_pod
 from agents.k8s_pod_status import events_text, pod_status
-from agents.k8s_resources import LEASE_LABEL, is_active_pod
+from agents.k8s_resources import is_active_pod
+from agents.k8s_schema import DRA_SCHEMA_VERSIONS, KUBERNETES_SCHEMA_VERSION
 from agents.k8s_telemetry import SECRET_FIELDS as TELEMETRY_SECRETS
 from agents.k8s_telemetry import Telemetry, validate_telemetry
 
@@ -62,6 +70,7 @@ class KubernetesConnector(Connector):
             "request_timeout",
             "pending_deadline_s",
             "telemetry",
+            "device_binding",
         }
     )
     secret_fields = TELEMETRY_SECRETS
@@ -76,6 +85,7 @@ class KubernetesConnector(Connector):
         self.api = KubeApi(config, self.retrying)
         # Two budgets for the telemetry read: it is nine queries, each retried within one.
         self.telemetry = Telemetry.from_config(config, self.retrying, budget_s=lambda: 2 * self.retry_budget_s)
+        self.dra = DraCalls(self.api, self._list, str(config.get("device_binding") or BINDING_AUTO))
 
     # --- configuration ----------------------------------------------------------------------------
 
@@ -95,6 +105,7 @@ class KubernetesConnector(Connector):
         namespace = config.get("namespace", DEFAULT_NAMESPACE)
         if not isinstance(namespace, str) or not _is_dns_label(namespace):
             errors.append(f"'namespace' must be a DNS label (like gpupool-jobs), got {namespace!r}")
+        errors.extend(validate_device_binding(config.get("device_binding", BINDING_AUTO)))
         for key in ("request_timeout", "pending_deadline_s"):
             value = config.get(key, 1)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
@@ -125,6 +136,7 @@ class KubernetesConnector(Connector):
                 "list_pod_for_all_namespaces",
                 field_selector=_ACTIVE_SCHEDULED_PODS,
             )
+            dra = self.dra.inventory()
         except AgentError as exc:
             return Discovery(error=exc.message)
 
@@ -142,6 +154,7 @@ class KubernetesConnector(Connector):
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 # One malformed node must not hide the rest of the cluster.
                 host = HostFact(name=name, state=HOST_OFFLINE, error=f"cannot read node: {exc}")
+            host = with_dra(host, dra, self.dra.mode)
             if host.gpus or host.error:
                 hosts.append(host)
         if self.telemetry is not None:  # DCGM metrics; a failure to read them never fails discovery
@@ -156,6 +169,11 @@ class KubernetesConnector(Connector):
         A second call for the same lease (a retried task) meets the first pod (409) and adopts
         it when it carries this lease's label; a pod of the same name that is not ours is a
         permanent error. The handle is `{namespace, name, node, uid, created_at}`.
+
+        GPUs read from ResourceSlices (real uuids) are bound device-exact: the pod refers to a
+        ResourceClaim naming exactly them (handle key `claim`), created once the pod exists so
+        that the pod owns it; if the claim cannot be made, the pod is deleted again. Others are
+        bound count-exact, as `nvidia.com/gpu` (or MIG) limits the device plugin fills.
         """
         spec = request.spec
         if spec.get("kind") != "pod":
@@ -165,6 +183,8 @@ class KubernetesConnector(Connector):
         namespace = str(spec.get("namespace") or self.namespace)
         if not _is_dns_label(namespace):
             raise AgentError(f"{namespace!r} is not a valid namespace name", permanent=True)
+        claim = pod_claim(request.lease_id, request.gpu_uuids) if _by_claim(request.gpu_uuids) else None
+        owner = f"gpupool source {self.name}"
         pod = validate_pod(
             build_pod(
                 lease_id=request.lease_id,
@@ -172,10 +192,15 @@ class KubernetesConnector(Connector):
                 gpu_uuids=request.gpu_uuids,
                 manifest=spec.get("pod"),
                 namespace=namespace,
-                owner=f"gpupool source {self.name}",
+                owner=owner,
                 uuid_scope=self.name,
-            )
+                claim=claim,
+            ),
+            DRA_SCHEMA_VERSIONS if claim else (KUBERNETES_SCHEMA_VERSION,),
         )
+        if claim is not None:  # a claim the schema refuses must refuse the bind before any create
+            validate_claim(build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids,
+                                       namespace=namespace, owner=owner))  # fmt: skip
         name = pod["metadata"]["name"]
         created = self._create_or_adopt(namespace, pod, request.lease_id)
         handle = {
@@ -185,34 +210,35 @@ class KubernetesConnector(Connector):
             "uid": (created.get("metadata") or {}).get("uid", ""),
             "created_at": datetime.now(UTC).isoformat(),
         }
+        if claim is not None:
+            self._claim_devices(namespace, request, owner, created)
+            handle["claim"] = claim.name
         return self._status(created, handle)
+
+    def _claim_devices(self, namespace: str, request: BindRequest, owner: str, pod: dict[str, Any]) -> None:
+        """Create (or adopt) the lease's ResourceClaim, owned by its pod. If that fails, the pod
+        is deleted (and the claim, in case its create happened after all), so that a failed
+        bind leaves nothing behind; a retried bind creates both afresh."""
+        claim = validate_claim(build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids,
+                                           namespace=namespace, owner=owner, pod=pod))  # fmt: skip
+        try:
+            self.dra.create_or_adopt_claim(namespace, claim, request.lease_id)
+        except AgentError:
+            # Best effort: the bind's own error is the one to report.
+            with contextlib.suppress(AgentError):
+                self.unbind({"namespace": namespace, "name": pod["metadata"]["name"]}, grace_s=0)
+            with contextlib.suppress(AgentError):
+                self.dra.delete_claim(namespace, claim["metadata"]["name"])
+            raise
 
     def _create_or_adopt(
         self, namespace: str, pod: dict[str, Any], lease_id: str
     ) -> dict[str, Any]:
-        name = pod["metadata"]["name"]
-        what = f"cannot create pod {namespace}/{name}"
-        try:
-            return self.api.call(what, "create_namespaced_pod", namespace, pod)
-        except Refused as exc:
-            if exc.status == 404:  # the API says which: usually the namespace is missing
-                raise AgentError(f"{what}: {exc.message}", permanent=True) from None
         # 409: the name is taken. Ours from an earlier try (the label says so) or someone else's.
-        try:
-            existing = self.api.call(
-                f"cannot read pod {namespace}/{name}", "read_namespaced_pod", name, namespace
-            )
-        except Refused as exc:
-            # Deleted between our create and read: the caller's retry will create it afresh.
-            raise AgentError(f"{what}: {exc.message}", permanent=False) from None
-        labels = (existing.get("metadata") or {}).get("labels") or {}
-        if labels.get(LEASE_LABEL) != lease_label_value(lease_id):
-            raise AgentError(
-                f"{what}: a pod of that name already exists and does not belong to "
-                f"lease {lease_id}",
-                permanent=True,
-            )
-        return existing
+        return self.api.create_or_adopt(
+            "pod", namespace, pod, create="create_namespaced_pod", read="read_namespaced_pod",
+            ours=lambda existing: labelled_for(existing, lease_id), owner=f"lease {lease_id}",
+        )  # fmt: skip
 
     def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
         """Read the pod and map its phase: Pending → starting (failed once it has been
@@ -233,8 +259,9 @@ class KubernetesConnector(Connector):
         return self._status(pod, handle)
 
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
-        """Delete the pod, giving its containers `grace_s` seconds after SIGTERM. A pod that
-        is already gone counts as done, so calling this twice is fine."""
+        """Delete the pod, giving its containers `grace_s` seconds after SIGTERM, and its
+        ResourceClaim if it has one. What is already gone counts as done, so calling this twice
+        is fine."""
         namespace, name = _handle_parts(handle)
         try:
             self.api.call(
@@ -248,6 +275,8 @@ class KubernetesConnector(Connector):
             if exc.status != 404:
                 what = f"cannot delete {namespace}/{name}"
                 raise AgentError(f"{what}: {exc.message}", permanent=True) from None
+        if handle.get("claim"):  # the pod owns it, but a cluster's garbage collector may lag
+            self.dra.delete_claim(namespace, str(handle["claim"]))
 
     # --- status mapping -----------------------------------------------------------------------
 
@@ -283,6 +312,15 @@ def _handle_parts(handle: Mapping[str, Any]) -> tuple[str, str]:
             f"binding handle without namespace and name: {dict(handle)}", permanent=True
         )
     return str(namespace), str(name)
+
+
+def _by_claim(gpu_uuids: tuple[str, ...]) -> bool:
+    """True when the lease's GPUs were read from ResourceSlices: they are bound by a claim."""
+    from_slices = {is_dra_uuid(uuid) for uuid in gpu_uuids}
+    if len(from_slices) > 1:
+        raise AgentError("the lease holds GPUs of ResourceSlices and of the device plugin at once: "
+                         "a pod gets its GPUs one way or the other", permanent=True)  # fmt: skip
+    return from_slices == {True}
 
 
 def _is_dns_label(text: str) -> bool:
