@@ -55,7 +55,7 @@ class KubeApi:
         self.config = config
         self.retrying = retrying
         self._api_client: Any = None
-        self._apis: list[Any] = []
+        self._apis: tuple[Any, ...] = ()
 
     @property
     def where(self) -> str:
@@ -127,7 +127,7 @@ class KubeApi:
         """Drop the HTTP connection pool. A new one is built if used again."""
         if self._api_client is not None:
             self._api_client.close()
-        self._api_client, self._apis = None, []
+        self._api_client, self._apis = None, ()
 
     def _api_with(self, method: str) -> Any:
         """The API object (of this source's own ApiClient, built on first use) that has `method`."""
@@ -136,7 +136,7 @@ class KubeApi:
                 return api
         raise AgentError(f"the Kubernetes client has no API call {method!r}", permanent=True)
 
-    def _api(self) -> list[Any]:
+    def _api(self) -> tuple[Any, ...]:
         """The API objects of this source's own ApiClient, built on first use."""
         if self._apis:
             return self._apis
@@ -149,7 +149,7 @@ class KubeApi:
         # Retries belong to `retrying` (with backoff and a budget), not to urllib3's silent ones.
         configuration.retries = 0
         self._api_client = client.ApiClient(configuration)
-        self._apis = [getattr(client, name)(self._api_client) for name in API_CLASSES]
+        self._apis = tuple(getattr(client, name)(self._api_client) for name in API_CLASSES)
         return self._apis
 
     def _load_credentials(self, configuration: Any) -> None:

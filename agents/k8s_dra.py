@@ -50,10 +50,12 @@ DEVICE_BINDING_LABEL = "gpupool.io/device-binding"
 _TAINT_EFFECTS_UNHEALTHY = frozenset({"NoSchedule", "NoExecute"})
 _NUMBER_RE = re.compile(r"(\d+)")
 _QUANTITY_RE = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_QUANTITY_FACTORS = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+_QUANTITY_FACTORS: dict[str, Decimal] = {
+    "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
 }  # fmt: skip
 
 
@@ -195,7 +197,7 @@ def quantity_mib(value: Any) -> int | None:
     if match is None:
         return None
     try:
-        number = Decimal(match[1]) * Decimal(_QUANTITY_FACTORS.get(match[2] or "", 1))
+        number = Decimal(match[1]) * _QUANTITY_FACTORS.get(match[2] or "", Decimal(1))
     except InvalidOperation:
         return None
     return int(number / 2**20) if number > 0 else None

@@ -84,6 +84,17 @@ class DraCalls:
             ours=lambda existing: labelled_for(existing, lease_id), owner=f"lease {lease_id}",
         )  # fmt: skip
 
+    def delete_claim_if_ours(self, namespace: str, name: str, lease_id: str) -> None:
+        """Delete the lease's claim if it exists and is ours (a failed bind cleaning up after a
+        create that may have happened after all); someone else's of that name stays."""
+        what = f"cannot read ResourceClaim {namespace}/{name}"
+        try:
+            existing = self.api.call(what, "read_namespaced_resource_claim", name, namespace)
+        except Refused:
+            return
+        if labelled_for(existing, lease_id):
+            self.delete_claim(namespace, name)
+
     def delete_claim(self, namespace: str, name: str) -> None:
         """Delete a claim; one that is already gone counts as done. While a pod still uses it,
         Kubernetes keeps it (a finalizer) until the pod is gone, then removes it."""

@@ -228,7 +228,7 @@ class KubernetesConnector(Connector):
             with contextlib.suppress(AgentError):
                 self.unbind({"namespace": namespace, "name": pod["metadata"]["name"]}, grace_s=0)
             with contextlib.suppress(AgentError):
-                self.dra.delete_claim(namespace, claim["metadata"]["name"])
+                self.dra.delete_claim_if_ours(namespace, claim["metadata"]["name"], request.lease_id)
             raise
 
     def _create_or_adopt(

@@ -172,7 +172,7 @@ def test_config_keys_follow_the_contract() -> None:
     assert KubernetesConnector.kind == "kubernetes"
     assert KubernetesConnector.config_keys == {
         "kubeconfig", "in_cluster", "context", "namespace", "host", "request_timeout",
-        "pending_deadline_s", "telemetry",
+        "pending_deadline_s", "telemetry", "device_binding",
     }  # fmt: skip
 
 

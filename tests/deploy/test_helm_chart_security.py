@@ -22,15 +22,23 @@ from tests.deploy.chart import (
 
 FULLNAME = f"{RELEASE}-gpupool"
 SERVICE_ACCOUNT = {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
-#: Every CoreV1Api method the kubernetes source calls, and the permission it needs.
+#: Every API method the kubernetes source calls (CoreV1Api; ResourceV1Api for Dynamic Resource
+#: Allocation), and the permission it needs: (scope, api group, resource, verb).
 API_CALLS = {
-    "list_node": ("cluster", "nodes", "list"),
-    "list_pod_for_all_namespaces": ("cluster", "pods", "list"),
-    "create_namespaced_pod": ("namespace", "pods", "create"),
-    "read_namespaced_pod": ("namespace", "pods", "get"),
-    "delete_namespaced_pod": ("namespace", "pods", "delete"),
-    "list_namespaced_event": ("namespace", "events", "list"),
+    "list_node": ("cluster", "", "nodes", "list"),
+    "list_pod_for_all_namespaces": ("cluster", "", "pods", "list"),
+    "create_namespaced_pod": ("namespace", "", "pods", "create"),
+    "read_namespaced_pod": ("namespace", "", "pods", "get"),
+    "delete_namespaced_pod": ("namespace", "", "pods", "delete"),
+    "list_namespaced_event": ("namespace", "", "events", "list"),
+    "list_resource_slice": ("cluster", "resource.k8s.io", "resourceslices", "list"),
+    "list_resource_claim_for_all_namespaces": ("cluster", "resource.k8s.io", "resourceclaims", "list"),
+    "create_namespaced_resource_claim": ("namespace", "resource.k8s.io", "resourceclaims", "create"),
+    "read_namespaced_resource_claim": ("namespace", "resource.k8s.io", "resourceclaims", "get"),
+    "delete_namespaced_resource_claim": ("namespace", "resource.k8s.io", "resourceclaims", "delete"),
 }
+#: The modules of the kubernetes source that call the API.
+SOURCE_MODULES = ("kubernetes.py", "k8s_dra_api.py")
 
 
 def _rules(role: dict[str, object]) -> set[tuple[str, str, str]]:
@@ -44,12 +52,12 @@ def _rules(role: dict[str, object]) -> set[tuple[str, str, str]]:
 
 
 def _needed(scope: str) -> set[tuple[str, str, str]]:
-    return {("", resource, verb) for where, resource, verb in API_CALLS.values() if where == scope}
+    return {(group, resource, verb) for where, group, resource, verb in API_CALLS.values() if where == scope}
 
 
 def test_the_table_of_api_calls_is_every_call_the_kubernetes_source_makes() -> None:
-    """A new API call in agents/kubernetes.py fails here until the RBAC (and this table) grant it."""
-    source = (REPO / "agents" / "kubernetes.py").read_text()
+    """A new API call of the kubernetes source fails here until the RBAC (and this table) grant it."""
+    source = "".join((REPO / "agents" / name).read_text() for name in SOURCE_MODULES)
     called = set(re.findall(r'"((?:list|read|create|delete|patch|replace|watch|connect)_[a-z_]+)"', source))
     assert called == set(API_CALLS)
 

@@ -25,6 +25,10 @@ from tests.support.kube_server import KubeApiServer
 K8S_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"
 A16_NODELIST = K8S_FIXTURES / "rke2-nvidia-a16-4q-vgpu-gpu-operator-nodelist.json"
 AKS_NODELIST = K8S_FIXTURES / "aks-standard-d2s-v3-3node-nogpu-nodelist.json"
+#: ResourceSlices an NVIDIA DRA driver publishes for the nodes `h100-dra` (4 whole H100, one
+#: tainted unhealthy, and a stale slice of an older pool generation) and `a100-dra-mig` (GPU 0
+#: split into 3 MIG devices, GPU 1 whole), plus a ComputeDomain driver's slice (derived).
+DRA_SLICES = K8S_FIXTURES / "derived-dra-resourceslices.json"
 
 
 def load_json(path: Path) -> Any:

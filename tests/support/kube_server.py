@@ -12,6 +12,7 @@ Served (the subset gpupool uses):
     GET  POST   /api/v1/namespaces/{ns}/pods
     GET  DELETE /api/v1/namespaces/{ns}/pods/{name}
     GET  /api/v1/namespaces/{ns}/events
+and Dynamic Resource Allocation's ResourceSlices and ResourceClaims (`tests.support.kube_dra`).
 Errors come back as `kind: Status` bodies with the API server's wording (404 NotFound, 409
 AlreadyExists, 400 BadRequest). Deletion is immediate; the grace period asked for is recorded.
 """
@@ -28,6 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.kube_dra import DraRoutes
+from tests.support.kube_dra import api_status as _status
+from tests.support.kube_dra import not_found as _not_found
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Request:
 
 
 @dataclass
-class KubeApiServer:
+class KubeApiServer(DraRoutes):
     """The server's state and the hooks tests use. Thread-safe; start() before use."""
 
     honour_field_selectors: bool = True
@@ -249,6 +254,8 @@ class KubeApiServer:
     def _route(
         self, method: str, parts: list[str], query: dict[str, str], body: Any
     ) -> tuple[int, Any]:
+        if parts[:1] == ["apis"]:
+            return self._dra_route(method, parts, query, body)
         if parts[:2] != ["api", "v1"]:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         rest = parts[2:]
@@ -304,7 +311,9 @@ class KubeApiServer:
             return 200, pod
         return 405, _status(405, "MethodNotAllowed", f"{method} not served for pods")
 
-    def _list(self, kind: str, items: list[dict[str, Any]], query: dict[str, str]) -> dict:
+    def _list(
+        self, kind: str, items: list[dict[str, Any]], query: dict[str, str], api_version: str = "v1"
+    ) -> dict[str, Any]:
         if self.honour_field_selectors and query.get("fieldSelector"):
             items = [i for i in items if _selected(i, query["fieldSelector"], _field)]
         if query.get("labelSelector"):
@@ -319,7 +328,7 @@ class KubeApiServer:
             if start + limit < len(items):
                 meta["continue"] = str(start + limit)
             items = items[start : start + limit]
-        return {"apiVersion": "v1", "kind": kind, "metadata": meta, "items": items}
+        return {"apiVersion": api_version, "kind": kind, "metadata": meta, "items": items}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -362,19 +371,6 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _status(code: int, reason: str, message: str, details: dict | None = None) -> dict[str, Any]:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}  # fmt: skip
-    if details:
-        body["details"] = details
-    return body
-
-
-def _not_found(kind: str, name: str) -> tuple[int, dict[str, Any]]:
-    return 404, _status(404, "NotFound", f'{kind} "{name}" not found',
-                        details={"name": name, "kind": kind})  # fmt: skip
 
 
 def _field(obj: dict[str, Any], path: str) -> str:
