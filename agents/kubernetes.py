@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from agents.base import (
+    BIND_ENDED,
     BIND_GONE,
     HOST_OFFLINE,
     AgentError,
@@ -40,7 +41,6 @@ from agents.k8s_nodes import node_to_host
 from agents.k8s_pod_manifest import build_pod, labelled_for, validate_pod
 from agents.k8s_pod_status import events_text, pod_status
 from agents.k8s_resources import is_active_pod
-from agents.k8s_schema import DRA_SCHEMA_VERSIONS, KUBERNETES_SCHEMA_VERSION
 from agents.k8s_telemetry import SECRET_FIELDS as TELEMETRY_SECRETS
 from agents.k8s_telemetry import Telemetry, validate_telemetry
 
@@ -196,7 +196,6 @@ class KubernetesConnector(Connector):
                 uuid_scope=self.name,
                 claim=claim,
             ),
-            DRA_SCHEMA_VERSIONS if claim else (KUBERNETES_SCHEMA_VERSION,),
         )
         if claim is not None:  # a claim the schema refuses must refuse the bind before any create
             validate_claim(build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids,
@@ -244,19 +243,25 @@ class KubernetesConnector(Connector):
         """Read the pod and map its phase: Pending → starting (failed once it has been
         Pending longer than `pending_deadline_s`, with its events as the reason), Running →
         running, Succeeded → succeeded, Failed → failed with the container's exit code,
-        404 → gone."""
+        404 → gone. A workload that ended gives its ResourceClaim back at once (the lease ends
+        without an unbind; the pod stays for inspection)."""
         namespace, name = _handle_parts(handle)
         try:
             pod = self.api.call(
                 f"cannot read pod {namespace}/{name}", "read_namespaced_pod", name, namespace
             )
         except Refused as exc:
-            if exc.status == 404:
-                return BindingStatus(state=BIND_GONE, handle=handle, reason=_GONE_REASON)
-            raise AgentError(
-                f"cannot read {namespace}/{name}: {exc.message}", permanent=True
-            ) from None
-        return self._status(pod, handle)
+            if exc.status != 404:
+                raise AgentError(
+                    f"cannot read {namespace}/{name}: {exc.message}", permanent=True
+                ) from None
+            status = BindingStatus(state=BIND_GONE, handle=handle, reason=_GONE_REASON)
+        else:
+            status = self._status(pod, handle)
+        if status.state in BIND_ENDED and handle.get("claim"):
+            with contextlib.suppress(AgentError):  # the pod owns it: deleting the pod removes it too
+                self.dra.delete_claim(namespace, str(handle["claim"]))
+        return status
 
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
         """Delete the pod, giving its containers `grace_s` seconds after SIGTERM, and its

@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from agents.base import BIND_STARTING, AgentError, BindRequest
+from agents.base import BIND_FAILED, BIND_GONE, BIND_STARTING, BIND_SUCCEEDED, AgentError, BindRequest
 from agents.k8s_resources import gpu_uuid
 from tests.agents.test_k8s_dra_discover import A100, A100_MIGS, H100, H100_UUIDS, load_dra_cluster
 from tests.support.kube import connector_for, running_kube_api
@@ -154,6 +154,24 @@ def test_unbind_deletes_the_pod_and_its_claim(kube_api: KubeApiServer) -> None:
     assert kube_api.requests_to("DELETE", f"{CLAIMS}/{NAME}")
 
 
+@pytest.mark.parametrize("ending", ["Succeeded", "Failed", "deleted"])
+def test_a_workload_that_ends_on_its_own_gives_its_claim_back(kube_api: KubeApiServer, ending: str) -> None:
+    connector = connector_for(kube_api)
+    status = connector.bind(request(H100_UUIDS[:2]))
+    assert connector.observe(status.handle).state == BIND_STARTING
+    assert kube_api.claim(NS, NAME) is not None
+    if ending == "deleted":
+        kube_api.remove_pod(NS, NAME)
+    else:
+        kube_api.set_pod_phase(NS, NAME, ending, exit_code=0 if ending == "Succeeded" else 1)
+
+    ended = connector.observe(status.handle)
+
+    assert ended.state == {"Succeeded": BIND_SUCCEEDED, "Failed": BIND_FAILED, "deleted": BIND_GONE}[ending]
+    assert kube_api.claim(NS, NAME) is None
+    assert (kube_api.pod(NS, NAME) is None) == (ending == "deleted")  # a finished pod stays to be read
+
+
 def test_a_second_bind_adopts_the_pod_and_the_claim(kube_api: KubeApiServer) -> None:
     connector = connector_for(kube_api)
     first = connector.bind(request(H100_UUIDS[:2]))
@@ -203,13 +221,16 @@ def test_device_plugin_gpus_on_a_dra_cluster_still_bind_by_count(kube_api: KubeA
     assert kube_api.requests_to("POST", CLAIMS) == []
 
 
+CLAIM_NAME_TAKEN: dict[str, Any] = json.loads(json.dumps(MANIFEST))
+CLAIM_NAME_TAKEN["spec"]["resourceClaims"] = [{"name": "gpupool-gpus", "resourceClaimName": "mine"}]
+
+
 @pytest.mark.parametrize(
     ("uuids", "manifest", "words"),
     [
         ([H100_UUIDS[0], gpu_uuid(H100, "nvidia.com/gpu", 0, "test-cluster")], None, "one way or the other"),
         (['GPU-1" || true || "'], None, "not an NVIDIA device uuid"),
-        ([H100_UUIDS[0]], {**MANIFEST, "spec": {**MANIFEST["spec"], "resourceClaims": [  # type: ignore[dict-item]
-            {"name": "gpupool-gpus", "resourceClaimName": "mine"}]}}, "already has a resource claim"),  # fmt: skip
+        ([H100_UUIDS[0]], CLAIM_NAME_TAKEN, "already has a resource claim"),
     ],
     ids=["mixed", "cel-injection", "claim-name-taken-in-manifest"],
 )
