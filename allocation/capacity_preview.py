@@ -111,6 +111,21 @@ class CapacityPreview:
     def can_confirm(self) -> bool:
         return bool(self.gpu_ids) and not self.blocked
 
+    @property
+    def guarantees_ok(self) -> bool:
+        """Every affected pool's guarantees still fit in its capacity after the move."""
+        return not any(p.shortfall for p in self.pools)
+
+    @property
+    def preempted(self) -> tuple[LeaseImpact, ...]:
+        """Leases the move preempts: by the drain of their host, or at the next pass."""
+        return tuple(i for i in self.leases if i.outcome in ("preempted", "preempted_next_pass"))
+
+    @property
+    def could_start(self) -> tuple[LeaseImpact, ...]:
+        """Waiting leases the next pass could grant only because of the move."""
+        return tuple(i for i in self.leases if i.outcome == "granted_next_pass")
+
 
 def _selected_gpus(gpu_ids: Sequence[int], host_ids: Sequence[int]) -> list[Gpu]:
     """Top-level, present GPUs picked one by one or through their whole host."""

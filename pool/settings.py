@@ -271,6 +271,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Request bodies say what core.api.strict enforces: no field beyond those named.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "core.api.schema.strict_request_bodies"],
     # One schema component per status vocabulary, named after it (several fields share them).
     "ENUM_NAME_OVERRIDES": {
         "HostStateEnum": "inventory.choices.HostState",

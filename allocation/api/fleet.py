@@ -1,5 +1,6 @@
-"""Inventory endpoints with the admin actions that involve leases: cordon, drain, uncordon, move.
-Pool listings gain pending counts; GPUs gain the lease that holds them."""
+"""Inventory endpoints with the admin actions that involve leases: cordon, drain, uncordon, and the
+capacity moves (of a GPU, a host, or GPUs and hosts into a pool; previews with `?dry_run=true`: see
+allocation.api.moves). Pool listings gain pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
@@ -8,11 +9,24 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Sum
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from allocation.api.moves import (
+    CONFLICT,
+    DRY_RUN_DOC,
+    CapacityMoveSerializer,
+    GpuMoveSerializer,
+    HostMoveSerializer,
+    MoveQuerySerializer,
+    PoolMoveSerializer,
+    is_dry_run,
+    move_answer,
+    preview_or_move,
+)
+from allocation.capacity_preview import capacity_preview
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu
 from allocation.services.admin import host_admin_action
@@ -21,9 +35,16 @@ from allocation.sql import execute
 from core.api.permissions import IsPoolAdmin
 from core.roles import is_pool_admin
 from inventory.api import views as inventory_views
-from inventory.api.serializers import GpuMoveSerializer, GpuSerializer, HostSerializer
+from inventory.api.serializers import GpuSerializer, HostSerializer
 from inventory.models import Gpu, Pool
 from inventory.selectors import gpu_list, host_list
+
+MOVED = OpenApiResponse(CapacityMoveSerializer, description="What the move did (`dry_run: false`), or with "
+                                                             "`?dry_run=true` what it would do.")
+GPU_MOVED = OpenApiResponse(
+    PolymorphicProxySerializer(component_name="GpuMoveResult", resource_type_field_name=None,
+                               serializers=[GpuSerializer, CapacityMoveSerializer]),
+    description="The GPU after the move (a Gpu); with `?dry_run=true`, the preview (a CapacityMove).")
 
 
 @extend_schema_view(list=extend_schema(summary="List pools"), retrieve=extend_schema(summary="Read a pool"))
@@ -37,6 +58,21 @@ class PoolViewSet(inventory_views.PoolViewSet):
             row: Mapping[str, Any] = pending.get(pool.pk, {})
             pool.pending, pool.pending_gpus = row.get("n", 0), row.get("gpus", 0)
         return pools
+
+    @extend_schema(summary="Move GPUs and whole hosts into this pool (pool admins)", request=PoolMoveSerializer,
+                   parameters=[MoveQuerySerializer], responses={200: MOVED, 409: CONFLICT},
+                   description="The dashboard's capacity page as one call: the picked GPUs and whole hosts move "
+                               "to this pool; hosts holding leases are cordoned first (`mode: keep`) or drained "
+                               "(`mode: drain`). " + DRY_RUN_DOC)
+    @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
+    def move(self, request: Request, name: str | None = None) -> Response:
+        pool = self.get_object()
+        body = PoolMoveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        return Response(preview_or_move(request, pool=pool, gpu_ids=data["gpu_ids"], host_ids=data["host_ids"],
+                                        mode=data["mode"], held_alone=data["held_alone"],
+                                        fingerprint=data["fingerprint"]))
 
 
 @extend_schema_view(list=extend_schema(summary="List hosts"), retrieve=extend_schema(summary="Read a host"))
@@ -62,6 +98,19 @@ class HostViewSet(inventory_views.HostViewSet):
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """Accept new leases on this host again."""
         return self._admin_action(request, "uncordon")
+
+    @extend_schema(summary="Move a whole host to another pool (pool admins)", request=HostMoveSerializer,
+                   parameters=[MoveQuerySerializer], responses={200: MOVED, 409: CONFLICT},
+                   description="Every GPU of the host moves; if it holds leases it is cordoned first "
+                               "(`mode: keep`) or drained (`mode: drain`). " + DRY_RUN_DOC)
+    @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
+    def move(self, request: Request, pk: str | None = None) -> Response:
+        host = self.get_object()
+        body = HostMoveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        return Response(preview_or_move(request, pool=data["pool"], host_ids=[host.pk], mode=data["mode"],
+                                        fingerprint=data["fingerprint"]))
 
 
 @extend_schema_view(list=extend_schema(summary="List GPUs"), retrieve=extend_schema(summary="Read a GPU"))
@@ -109,10 +158,14 @@ class GpuViewSet(inventory_views.GpuViewSet):
         return Response(self.get_serializer(gpu).data)
 
     @extend_schema(summary="Move a GPU to another pool (pool admins)", request=GpuMoveSerializer,
-                   responses=GpuSerializer)
+                   parameters=[MoveQuerySerializer], responses={200: GPU_MOVED, 409: CONFLICT})
     @action(detail=True, methods=["post"], permission_classes=[IsPoolAdmin])
     def move(self, request: Request, uuid: str | None = None) -> Response:
         """Move this GPU (with its MIG slices) to another pool; a running lease keeps it until it ends.
+        Answers the GPU as it is after the move; with `?dry_run=true`, the preview instead (changing
+        nothing): what the move would do, exactly as the dashboard's capacity page previews it. A
+        confirm may carry the preview's `fingerprint`: 409 `preview_stale` (nothing changed) if the
+        move would now do otherwise.
 
         The same locked service as the dashboard's capacity page; moving a GPU to the pool it is in
         changes nothing and answers as a move would (idempotent)."""
@@ -120,8 +173,12 @@ class GpuViewSet(inventory_views.GpuViewSet):
         body = GpuMoveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         target = body.validated_data["pool"]
+        if is_dry_run(request):
+            preview = capacity_preview(pool=target, gpu_ids=[gpu.pk], held_alone="follow_lease")
+            return Response(move_answer(preview, dry_run=True))
         if gpu.pool_id != target.pk:
-            capacity_move(pool=target, gpu_ids=[gpu.pk], actor=request.user.username, held_alone="follow_lease")
+            capacity_move(pool=target, gpu_ids=[gpu.pk], actor=request.user.username, held_alone="follow_lease",
+                          fingerprint=body.validated_data["fingerprint"])
         gpu = gpu_list().get(pk=gpu.pk)
         self._describe(gpu)
         return Response(self.get_serializer(gpu).data)

@@ -62,7 +62,8 @@ def capacity_move(*, pool: Pool, actor: str, gpu_ids: Sequence[int] = (), host_i
             raise DomainError(f"nothing to move: no selected GPU is outside pool {pool.name}", code="nothing_to_move")
         if fingerprint and fingerprint != preview.fingerprint:
             raise Conflict("the fleet or its leases changed since the preview; review the new preview",
-                           code="preview_stale")
+                           code="preview_stale", details={"fingerprint": [
+                               "no longer matches what the move would do; preview it again"]})
         fenced = _fence_hosts(preview, actor)
         moved = _move_gpus(list(preview.gpu_ids), pool, actor)
     return CapacityMoveResult(moved=moved, fenced_hosts=tuple(fenced), preview=preview)

@@ -1,6 +1,7 @@
 """drf-spectacular's AutoSchema, overridden only where it is wrong for us: it does not know that
 every operation can answer with the one error body (core.api.errors), so clients and schemathesis
-would see undocumented 4xx responses."""
+would see undocumented 4xx responses. And a postprocessing hook that says what core.api.strict
+enforces: a request body takes no field its schema does not name."""
 
 from __future__ import annotations
 
@@ -43,3 +44,33 @@ class GpupoolAutoSchema(AutoSchema):
                 responses[code] = self._get_response_for_code(
                     OpenApiResponse(response=ErrorSerializer, description=text), code, direction=direction)
         return responses
+
+
+def _refs(node: Any) -> list[str]:
+    """Component names referenced anywhere under `node`."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        found = [ref.rsplit("/", 1)[-1]] if isinstance(ref, str) else []
+        return found + [name for value in node.values() for name in _refs(value)]
+    if isinstance(node, list):
+        return [name for value in node for name in _refs(value)]
+    return []
+
+
+def strict_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """POSTPROCESSING_HOOKS: every object component a request body uses, nested ones included,
+    gets `additionalProperties: false` (an unknown field is a 400 `unknown_field`)."""
+    components = result.get("components", {}).get("schemas", {})
+    todo = [name for ops in result.get("paths", {}).values() for op in ops.values()
+            if isinstance(op, dict) for name in _refs(op.get("requestBody", {}))]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in components:
+            continue
+        seen.add(name)
+        component = components[name]
+        if component.get("type") == "object" and "properties" in component:
+            component.setdefault("additionalProperties", False)
+        todo += _refs(component)
+    return result

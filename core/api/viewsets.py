@@ -1,5 +1,5 @@
 """The base viewsets: every API endpoint shares authentication, permissions, the body size limit,
-filtering, pagination and the error body through these (STYLE #16)."""
+strict input (core.api.strict), filtering, pagination and the error body through these (STYLE #16)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from rest_framework import mixins, viewsets
 from rest_framework.generics import get_object_or_404
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
+from rest_framework.views import APIView
 
 from core.api.errors import PayloadTooLarge
 from core.api.permissions import TokenScopeAllows
 from core.api.schema import GpupoolAutoSchema
+from core.api.strict import check_request
 
 
 def check_body_size(request: Request) -> None:
@@ -52,6 +54,9 @@ class ApiViewSet(viewsets.GenericViewSet):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         check_body_size(request)
         super().initial(request, *args, **kwargs)
+        # After authentication and permissions: who may not call an endpoint learns nothing of
+        # its parameters.
+        check_request(self, request)
 
     def get_object(self) -> Any:
         """The row named in the URL, within the caller's scope. Unlike DRF's default, list filters in
@@ -66,3 +71,13 @@ class ApiViewSet(viewsets.GenericViewSet):
 class ReadOnlyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ApiViewSet):
     """Subclasses set queryset (or get_queryset), serializer_class and filterset_class; actions add
     writes."""
+
+
+class ApiView(APIView):
+    """For the few plain APIViews (history): the same schema class and strict input."""
+
+    schema = GpupoolAutoSchema()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        check_request(self, request)

@@ -168,8 +168,3 @@ class GpuSerializer(serializers.ModelSerializer):
 
 
 _DATETIME = serializers.DateTimeField()
-
-
-class GpuMoveSerializer(serializers.Serializer):
-    pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all(),
-                                        help_text="Name of the pool to move the GPU (and its MIG slices) to.")

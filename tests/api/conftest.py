@@ -39,3 +39,27 @@ def world(demo_fleet: Any, make_user: Any, api: Any) -> World:
         quota_id=Quota.objects.get(team__name="vision", pool__name="training").pk,
         event_id=AuditEvent.objects.filter(lease_id=lease_id).values_list("pk", flat=True)[0],
     )
+
+
+@pytest.fixture
+def seeded(demo_fleet: Any, make_user: Any, settings: Any) -> Any:
+    """The dashboard's lived-in fleet (tests/frontend/seed.py): leases granted on three training
+    hosts, one free host, leases waiting in both pools; users alice, carol, dave and root (admin)."""
+    from tests.frontend.seed import seed_dashboard
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return seed_dashboard(make_user)
+
+
+@pytest.fixture
+def database_rows() -> Any:
+    """`database_rows()`: every row a capacity move could touch (GPUs, hosts, pools, leases and
+    their GPUs, quotas, the audit log), to compare before and after a call."""
+    from allocation.models import AuditEvent, Lease, LeaseGpu, Quota
+    from inventory.models import Gpu, Host, Pool
+
+    def rows() -> dict[str, list[tuple[Any, ...]]]:
+        return {model.__name__: list(model.objects.order_by("pk").values_list())
+                for model in (Gpu, Host, Pool, Lease, LeaseGpu, Quota, AuditEvent)}
+
+    return rows

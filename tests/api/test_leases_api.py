@@ -52,7 +52,6 @@ def test_a_requested_lease_is_pending_until_a_pass_grants_it_and_release_frees_i
     ({"pool": "nowhere", "gpus": 1}, "pool"),
     ({"pool": "training", "gpus": 1, "same_host": "maybe"}, "same_host"),
     ({"pool": "training", "gpus": 1, "ttl_seconds": -5}, "ttl_seconds"),
-    ({"pool": "training", "gpus": 1, "gpu": 3}, "gpu"),
     ({"pool": "training", "gpus": 1, "binding": {"kind": "process"}}, "binding"),
     ({"pool": "training", "gpus": 1, "binding": {"kind": "vm"}}, "binding"),
     ({"pool": "training", "gpus": 1, "binding": {"kind": "process", "command": ["x"],

@@ -103,13 +103,13 @@ class Client:
         elif op == "get":
             self.call("get", "GET", f"/leases/{self.rng.choice(self.held)}/")
         else:
-            self.call("list", "GET", "/leases/", params={"state": "pending", "page_size": 20})
+            self.call("list", "GET", "/leases/", params={"state": "pending", "limit": 20})
 
     # --- admin operations --------------------------------------------------------------------
     def admin_setup(self) -> None:
-        hosts = self.call("setup", "GET", "/hosts/", params={"page_size": 500})
-        gpus = self.call("setup", "GET", "/gpus/", params={"page_size": 1000})
-        quotas = self.call("setup", "GET", "/quotas/", params={"page_size": 500})
+        hosts = self.call("setup", "GET", "/hosts/", params={"limit": 500})
+        gpus = self.call("setup", "GET", "/gpus/", params={"limit": 1000})
+        quotas = self.call("setup", "GET", "/quotas/", params={"limit": 500})
         assert hosts is not None and gpus is not None and quotas is not None, "the API is down at start"
         self.hosts = [h["id"] for h in _items(hosts.json()) if h["source"] in self.spec["sources"]]
         self.gpus = [(g["uuid"], g["pool"]) for g in _items(gpus.json()) if g["pool"] in self.spec["pools"]]

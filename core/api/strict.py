@@ -1,0 +1,160 @@
+"""Strict input for every API view: a write body's unknown fields and a request's unknown query
+parameters are a 400 naming them (`unknown_field`, `unknown_parameter`).
+
+What a request may carry is what the OpenAPI document says about its operation, derived by
+drf-spectacular from the same code: the request serializer (its writable fields, nested
+serializers walked), the query parameters (the filterset of a list, its paging, the parameters
+declared with `extend_schema`, such as `?wait=`, `?keep=`, `?dry_run=`) and `format`. So a field
+or parameter that works is documented, and one that is documented works: there is no second list
+per endpoint to keep in step. Silently ignoring them hid typos and worse: `{"preview": true}` on a
+capacity move moved a leased GPU at once.
+
+The expectations of an operation are derived once per process (a few ms) and cached.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from django.http import QueryDict
+from drf_spectacular.drainage import GENERATOR_STATS
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.plumbing import ComponentRegistry, force_instance, is_list_serializer, is_serializer
+from drf_spectacular.settings import spectacular_settings
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+
+from core.errors import DomainError
+
+WRITES = ("POST", "PUT", "PATCH")
+# Not fields of any operation: Django's CSRF token, which the browsable API's HTML forms send.
+FORM_TRANSPORT = frozenset({"csrfmiddlewaretoken"})
+
+
+@dataclass(frozen=True)
+class Body:
+    """A JSON object that takes only `fields`; each maps to the Body of its value, or None for
+    a value of any shape (a Pod manifest, an env dict). `many`: a list of such objects."""
+
+    fields: Mapping[str, Body | None]
+    many: bool = False
+
+
+@dataclass(frozen=True)
+class Expected:
+    query: frozenset[str]
+    body: Body | None  # None: not checked (no body, or one the schema does not describe as fields)
+
+
+def _body(declared: Any) -> Body | None:
+    serializer: Any = force_instance(declared)
+    if is_list_serializer(serializer):
+        inner = _body(serializer.child)
+        return replace(inner, many=True) if inner else None
+    if not is_serializer(serializer):
+        return None
+    fields: Mapping[str, Any] = cast(Any, serializer).fields
+    return Body({name: _field(field) for name, field in fields.items() if not field.read_only})
+
+
+def _field(field: Any) -> Body | None:
+    if is_serializer(field) or is_list_serializer(field):
+        return _body(field)
+    if isinstance(field, serializers.ListField) and is_serializer(field.child):
+        inner = _body(field.child)
+        return replace(inner, many=True) if inner else None
+    return None
+
+
+def _request_body(schema: Any, method: str) -> Body | None:
+    if method not in WRITES:
+        return None
+    declared = schema.get_request_serializer()
+    if declared is None:  # `request=None`: the operation takes no body at all
+        return Body({})
+    if isinstance(declared, dict):  # per media type
+        declared = declared.get("application/json")
+    return _body(declared)
+
+
+def derive(callback: Any, method: str, path: str) -> Expected:
+    """What the operation served by `callback` for `method` documents, as the schema view
+    would generate it."""
+    generator = SchemaGenerator()  # holds the annotated schemas: views only keep weak proxies to them
+    view = generator.create_view(callback, method)
+    view.request = spectacular_settings.GET_MOCK_REQUEST(method, path, view, None)
+    schema = view.schema
+    # What AutoSchema.get_operation sets before it reads the parameters; the path template only
+    # names path parameters, which are not query parameters.
+    schema.registry, schema.method, schema.path, schema.path_regex, schema.path_prefix = (
+        ComponentRegistry(), method, "", "", "")
+    with GENERATOR_STATS.silence():
+        query = {p["name"] for p in schema._get_parameters() if p["in"] == "query"}
+        body = _request_body(schema, method)
+    del generator
+    return Expected(query=frozenset(query | {api_settings.URL_FORMAT_OVERRIDE or "format"}), body=body)
+
+
+_cache: dict[tuple[Any, str], Expected] = {}
+_lock = threading.Lock()
+
+
+def expected(request: Request) -> Expected | None:
+    """The expectations of the operation `request` reached; None where the request was not routed
+    by a URL pattern (a view called directly, as some unit tests do)."""
+    match = getattr(request._request, "resolver_match", None)
+    if match is None:
+        return None
+    method = "GET" if request.method == "HEAD" else str(request.method)
+    key = (match.func, method)
+    found = _cache.get(key)
+    if found is None:
+        with _lock:  # derivations are idempotent; the lock only saves doing one twice
+            found = _cache.get(key) or derive(match.func, method, request.path)
+            _cache[key] = found
+    return found
+
+
+def unknown_fields(data: Any, body: Body, prefix: str = "") -> list[str]:
+    """Dotted names of the fields of `data` that `body` does not take, nested ones included."""
+    items = data if body.many and isinstance(data, list) else [data]
+    found: list[str] = []
+    for item in items:
+        if isinstance(item, QueryDict):
+            found += [prefix + k for k in item if k not in body.fields and k not in FORM_TRANSPORT]
+        elif isinstance(item, dict):
+            for key, value in item.items():
+                if key not in body.fields:
+                    found.append(prefix + str(key))
+                elif (inner := body.fields[key]) is not None:
+                    found += unknown_fields(value, inner, f"{prefix}{key}.")
+    return sorted(set(found))
+
+
+def _accepts(names: Any) -> str:
+    return ", ".join(sorted(names)) or "nothing"
+
+
+def check_request(view: Any, request: Request) -> None:
+    """Raise a 400 naming the unknown query parameters, then the unknown body fields. A method the
+    view does not serve is left to its 405."""
+    if request.method == "OPTIONS" or request.method not in view.allowed_methods:
+        return
+    wanted = expected(request)
+    if wanted is None:
+        return
+    params = sorted(set(request.query_params) - wanted.query)
+    if params:
+        raise DomainError(f"unknown query parameter{'s' * (len(params) > 1)} {', '.join(params)}; "
+                          f"this endpoint takes {_accepts(wanted.query)}", code="unknown_parameter",
+                          details={name: ["unknown parameter"] for name in params})
+    if request.method in WRITES and wanted.body is not None:
+        fields = unknown_fields(request.data, wanted.body)
+        if fields:
+            raise DomainError(f"unknown field{'s' * (len(fields) > 1)} {', '.join(fields)}; "
+                              f"this body takes {_accepts(wanted.body.fields)}", code="unknown_field",
+                              details={name: ["unknown field"] for name in fields})
