@@ -20,7 +20,9 @@ ENDED = ("released", "expired", "preempted", "failed", "lost")
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses unknown fields: a typo ("gpu": 2) must not silently become a default."""
+    """Refuses unknown fields: a typo ("gpu": 2) must not silently become a default. Every API view
+    refuses them first, naming them with code `unknown_field` (core.api.strict); this stays for the
+    serializer used on its own."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):

@@ -17,12 +17,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from django.http import QueryDict
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.plumbing import ComponentRegistry, force_instance, is_list_serializer, is_serializer
+from drf_spectacular.plumbing import ComponentRegistry, force_instance
 from drf_spectacular.settings import spectacular_settings
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -51,20 +52,22 @@ class Expected:
 
 
 def _body(declared: Any) -> Body | None:
-    serializer: Any = force_instance(declared)
-    if is_list_serializer(serializer):
+    # DRF's own types, not drf-spectacular's is_serializer: that one matches its extensions first
+    # and so imports pydantic (0.1 s) on a first call.
+    serializer = force_instance(declared)
+    if isinstance(serializer, serializers.ListSerializer):
         inner = _body(serializer.child)
         return replace(inner, many=True) if inner else None
-    if not is_serializer(serializer):
+    if not isinstance(serializer, serializers.Serializer):
         return None
-    fields: Mapping[str, Any] = cast(Any, serializer).fields
+    fields: Mapping[str, Any] = serializer.fields
     return Body({name: _field(field) for name, field in fields.items() if not field.read_only})
 
 
 def _field(field: Any) -> Body | None:
-    if is_serializer(field) or is_list_serializer(field):
+    if isinstance(field, serializers.BaseSerializer):
         return _body(field)
-    if isinstance(field, serializers.ListField) and is_serializer(field.child):
+    if isinstance(field, serializers.ListField) and isinstance(field.child, serializers.BaseSerializer):
         inner = _body(field.child)
         return replace(inner, many=True) if inner else None
     return None
@@ -81,6 +84,20 @@ def _request_body(schema: Any, method: str) -> Body | None:
     return _body(declared)
 
 
+def _filter_names(schema: Any) -> set[str]:
+    """The filters the schema documents for this operation (none unless it lists), by name. Read
+    from the filterset itself: drf-spectacular's django-filter extension, which also works out each
+    filter's type, imports django.contrib.gis (GDAL: 0.2 s and its libraries in every web process)."""
+    names: set[str] = set()
+    for backend in schema.get_filter_backends():
+        if issubclass(backend, DjangoFilterBackend):
+            filterset = getattr(schema.view, "filterset_class", None)
+            names |= set(filterset.base_filters) if filterset else set()
+        else:
+            names |= {p["name"] for p in backend().get_schema_operation_parameters(schema.view)}
+    return names
+
+
 def derive(callback: Any, method: str, path: str) -> Expected:
     """What the operation served by `callback` for `method` documents, as the schema view
     would generate it."""
@@ -93,7 +110,9 @@ def derive(callback: Any, method: str, path: str) -> Expected:
     schema.registry, schema.method, schema.path, schema.path_regex, schema.path_prefix = (
         ComponentRegistry(), method, "", "", "")
     with GENERATOR_STATS.silence():
-        query = {p["name"] for p in schema._get_parameters() if p["in"] == "query"}
+        query = {name for (name, where) in schema._process_override_parameters() if where == "query"}
+        query |= {p["name"] for p in schema._get_pagination_parameters() + schema._get_format_parameters()}
+        query |= _filter_names(schema)
         body = _request_body(schema, method)
     del generator
     return Expected(query=frozenset(query | {api_settings.URL_FORMAT_OVERRIDE or "format"}), body=body)
@@ -155,6 +174,6 @@ def check_request(view: Any, request: Request) -> None:
     if request.method in WRITES and wanted.body is not None:
         fields = unknown_fields(request.data, wanted.body)
         if fields:
-            raise DomainError(f"unknown field{'s' * (len(fields) > 1)} {', '.join(fields)}; "
-                              f"this body takes {_accepts(wanted.body.fields)}", code="unknown_field",
-                              details={name: ["unknown field"] for name in fields})
+            takes = "" if any("." in f for f in fields) else f"; this body takes {_accepts(wanted.body.fields)}"
+            raise DomainError(f"unknown field{'s' * (len(fields) > 1)} {', '.join(fields)}{takes}",
+                              code="unknown_field", details={name: ["unknown field"] for name in fields})

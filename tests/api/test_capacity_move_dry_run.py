@@ -54,7 +54,7 @@ def test_a_host_drain_dry_run_names_the_preempted_lease_and_changes_nothing(
 
 def test_moving_away_more_than_the_guarantees_leave_says_they_no_longer_fit(
         seeded: Any, api: Any, database_rows: Any) -> None:
-    hosts = sorted(_host(seeded.leases[n].host.name).pk for n in ("vision", "research")) + [_host("demo-node-3").pk]
+    hosts = [*sorted(_host(seeded.leases[n].host.name).pk for n in ("vision", "research")), _host("demo-node-3").pk]
     before = database_rows()
     response = api(seeded.users["root"]).post("/api/v1/pools/inference/move/?dry_run=true",
                                               {"hosts": hosts, "mode": "keep"}, format="json")
