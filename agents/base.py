@@ -137,7 +137,9 @@ class BindRequest:
     """What a connector needs to start a lease's workload.
 
     `spec` is the user's binding object from the API (`{"kind": "process", ...}` or
-    `{"kind": "pod", ...}`), already validated for shape.
+    `{"kind": "pod", ...}`), already validated for shape. `generation` counts the lease's
+    requeues: a lease bound again after a loss names its workload apart from the first one (pod
+    name, lease directory), which may still be running on the lost host until it is stopped.
     """
 
     lease_id: str
@@ -146,6 +148,12 @@ class BindRequest:
     gpu_uuids: tuple[str, ...]
     spec: Mapping[str, Any]
     grace_s: int = 30
+    generation: int = 0
+
+    @property
+    def binding_id(self) -> str:
+        """The name of this binding on the host: the lease id, then `<lease id>-<generation>`."""
+        return self.lease_id if not self.generation else f"{self.lease_id}-{self.generation}"
 
 
 @dataclass(frozen=True)
@@ -241,6 +249,13 @@ class Connector(ABC):
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
         """Stop the workload: notice first, forced end after `grace_s`. Idempotent."""
         raise AgentError(f"source kind {self.kind!r} cannot unbind workloads", permanent=True)
+
+    def bind_handle(self, request: BindRequest) -> Mapping[str, Any] | None:
+        """A handle `unbind` accepts for whatever a bind of `request` may have started without
+        reporting it (a bind that failed, timed out or whose worker died after asking the host):
+        the workload found by its deterministic name, stopped if it is there, and kept from
+        starting if it is not yet. None when such a bind cannot have left anything behind."""
+        return None
 
     def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
         """Report the workload's live status."""

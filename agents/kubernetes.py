@@ -38,7 +38,7 @@ from agents.k8s_claim import build_claim, pod_claim, validate_claim
 from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, validate_device_binding, with_dra
 from agents.k8s_dra_api import DraCalls
 from agents.k8s_nodes import node_to_host
-from agents.k8s_pod_manifest import build_pod, labelled_for, validate_pod
+from agents.k8s_pod_manifest import build_pod, labelled_for, pod_name, validate_pod
 from agents.k8s_pod_status import events_text, pod_status
 from agents.k8s_resources import is_active_pod
 from agents.k8s_telemetry import SECRET_FIELDS as TELEMETRY_SECRETS
@@ -183,23 +183,25 @@ class KubernetesConnector(Connector):
         namespace = str(spec.get("namespace") or self.namespace)
         if not _is_dns_label(namespace):
             raise AgentError(f"{namespace!r} is not a valid namespace name", permanent=True)
-        claim = pod_claim(request.lease_id, request.gpu_uuids) if _by_claim(request.gpu_uuids) else None
+        # A requeued lease's pod and claim are named apart from its first ones (`binding_id`),
+        # which may still exist on the lost node until they are deleted; the lease label stays
+        # the lease id.
+        claim = pod_claim(request.binding_id, request.gpu_uuids) if _by_claim(request.gpu_uuids) else None
         owner = f"gpupool source {self.name}"
-        pod = validate_pod(
-            build_pod(
-                lease_id=request.lease_id,
-                host_name=request.host_name,
-                gpu_uuids=request.gpu_uuids,
-                manifest=spec.get("pod"),
-                namespace=namespace,
-                owner=owner,
-                uuid_scope=self.name,
-                claim=claim,
-            ),
+        built = build_pod(
+            lease_id=request.lease_id,
+            host_name=request.host_name,
+            gpu_uuids=request.gpu_uuids,
+            manifest=spec.get("pod"),
+            namespace=namespace,
+            owner=owner,
+            uuid_scope=self.name,
+            claim=claim,
         )
+        built["metadata"]["name"] = pod_name(request.binding_id)
+        pod = validate_pod(built)
         if claim is not None:  # a claim the schema refuses must refuse the bind before any create
-            validate_claim(build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids,
-                                       namespace=namespace, owner=owner))  # fmt: skip
+            validate_claim(_claim_for(request, namespace, owner))
         name = pod["metadata"]["name"]
         created = self._create_or_adopt(namespace, pod, request.lease_id)
         handle = {
@@ -218,8 +220,7 @@ class KubernetesConnector(Connector):
         """Create (or adopt) the lease's ResourceClaim, owned by its pod. If that fails, the pod
         is deleted (and the claim, in case its create happened after all), so that a failed
         bind leaves nothing behind; a retried bind creates both afresh."""
-        claim = validate_claim(build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids,
-                                           namespace=namespace, owner=owner, pod=pod))  # fmt: skip
+        claim = validate_claim(_claim_for(request, namespace, owner, pod))
         try:
             self.dra.create_or_adopt_claim(namespace, claim, request.lease_id)
         except AgentError:
@@ -263,25 +264,78 @@ class KubernetesConnector(Connector):
                 self.dra.delete_claim(namespace, str(handle["claim"]))
         return status
 
+    def bind_handle(self, request: BindRequest) -> Mapping[str, Any] | None:
+        """The lease's pod (and claim) by name, which is deterministic: `unbind` deletes them if
+        they are there and carry this lease's label. None for a spec this source never creates."""
+        if request.spec.get("kind") != "pod":
+            return None
+        namespace = str(request.spec.get("namespace") or self.namespace)
+        if not _is_dns_label(namespace):
+            return None
+        handle = {"namespace": namespace, "name": pod_name(request.binding_id), "node": request.host_name,
+                  "uid": "", "lease_id": request.lease_id}
+        try:
+            by_claim = bool(request.gpu_uuids) and _by_claim(request.gpu_uuids)
+        except AgentError:
+            by_claim = False  # a lease of mixed GPUs is refused before any create
+        return {**handle, "claim": pod_claim(request.binding_id, request.gpu_uuids).name} if by_claim else handle
+
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
         """Delete the pod, giving its containers `grace_s` seconds after SIGTERM, and its
         ResourceClaim if it has one. What is already gone counts as done, so calling this twice
-        is fine."""
+        is fine.
+
+        Only our pod is deleted: the handle's uid is a precondition of the delete (a pod of the
+        same name made since, by a later binding or by someone else, is left alone: 409, and so
+        is its claim). A handle without uid (`bind_handle`) reads the pod first and deletes it,
+        and the claim, only when they carry the lease's label."""
         namespace, name = _handle_parts(handle)
+        uid = str(handle.get("uid") or "")
+        lease_id = str(handle.get("lease_id") or "") if not uid else ""
+        if lease_id:
+            uid = self._our_pod_uid(namespace, name, lease_id)
+        replaced = False
+        if uid or not lease_id:
+            replaced = self._delete_pod(namespace, name, uid, grace_s)
+        claim = str(handle.get("claim") or "")
+        if claim and lease_id:
+            self.dra.delete_claim_if_ours(namespace, claim, lease_id)
+        elif claim and not replaced:  # the pod owns it, but a cluster's garbage collector may lag
+            self.dra.delete_claim(namespace, claim)
+
+    def _delete_pod(self, namespace: str, name: str, uid: str, grace_s: int) -> bool:
+        """Delete the pod (only with this uid, when given); True when the name now belongs to
+        another pod (409 on the uid: ours is gone already)."""
+        grace = max(0, int(grace_s))
+        # The API server reads a delete's options from its body when it has one, ignoring the
+        # query: the grace goes in both.
+        options = {"gracePeriodSeconds": grace, "preconditions": {"uid": uid}} if uid else None
         try:
             self.api.call(
                 f"cannot delete pod {namespace}/{name}",
                 "delete_namespaced_pod",
                 name,
                 namespace,
-                grace_period_seconds=max(0, int(grace_s)),
+                grace_period_seconds=grace,
+                body=options,
             )
         except Refused as exc:
+            if exc.status == 409:
+                return True
             if exc.status != 404:
                 what = f"cannot delete {namespace}/{name}"
                 raise AgentError(f"{what}: {exc.message}", permanent=True) from None
-        if handle.get("claim"):  # the pod owns it, but a cluster's garbage collector may lag
-            self.dra.delete_claim(namespace, str(handle["claim"]))
+        return False
+
+    def _our_pod_uid(self, namespace: str, name: str, lease_id: str) -> str:
+        """The uid of pod `name` if it is the lease's (its label says so); "" when there is none."""
+        try:
+            pod = self.api.call(f"cannot read pod {namespace}/{name}", "read_namespaced_pod", name, namespace)
+        except Refused as exc:
+            if exc.status == 404:
+                return ""
+            raise AgentError(f"cannot read {namespace}/{name}: {exc.message}", permanent=True) from None
+        return str((pod.get("metadata") or {}).get("uid") or "") if labelled_for(pod, lease_id) else ""
 
     # --- status mapping -----------------------------------------------------------------------
 
@@ -317,6 +371,15 @@ def _handle_parts(handle: Mapping[str, Any]) -> tuple[str, str]:
             f"binding handle without namespace and name: {dict(handle)}", permanent=True
         )
     return str(namespace), str(name)
+
+
+def _claim_for(request: BindRequest, namespace: str, owner: str,
+               pod: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The lease's ResourceClaim, named after its binding (as its pod is) and labelled for the lease."""
+    claim = build_claim(lease_id=request.lease_id, gpu_uuids=request.gpu_uuids, namespace=namespace,
+                        owner=owner, pod=pod)
+    claim["metadata"]["name"] = pod_claim(request.binding_id, request.gpu_uuids).name
+    return claim
 
 
 def _by_claim(gpu_uuids: tuple[str, ...]) -> bool:

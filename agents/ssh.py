@@ -266,13 +266,16 @@ class SshConnector(Connector):
                 raise ValueError("binding command must be a non-empty list of strings")
             devices = time_slicing.physical_uuids(request.gpu_uuids)
             wrapper = ssh_scripts.wrapper_script(list(command), env, devices)
-            script = ssh_scripts.bind_script(str(self._setting("state_dir")), request.lease_id, wrapper)
+            script = ssh_scripts.bind_script(str(self._setting("state_dir")), request.binding_id, wrapper)
         except (ValueError, TypeError) as exc:
             raise AgentError(str(exc), permanent=True) from None
         host = self._host_for(request.host_name, request.host_address)
         timeout = self.request_timeout_s + 10  # the script waits up to 10 s
         with self._session(host) as session:
             marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
+        if "cancelled" in marks:
+            raise AgentError(f"the lease's binding on {host.where} was stopped before it started",
+                             permanent=True)
         if "error" in marks:
             raise AgentError(f"cannot start lease on {host.where}: {marks['error']}")
         if "started" not in marks:
@@ -285,6 +288,7 @@ class SshConnector(Connector):
             "address": host.address,
             "port": host.port,
             "lease_id": request.lease_id,
+            "binding_id": request.binding_id,
             "dir": directory,
             "pid": int(pid),
             "start_time": start_time,
@@ -293,6 +297,20 @@ class SshConnector(Connector):
         if "exit" in marks:
             return self._ended(handle, marks["exit"])
         return BindingStatus(state=BIND_RUNNING, handle=handle)
+
+    def bind_handle(self, request: BindRequest) -> Mapping[str, Any] | None:
+        """The binding by its name (host and lease directory): `unbind` then marks it cancelled
+        and stops its session if the wrapper had started. None for a spec this source never
+        starts (nothing can have been left behind)."""
+        if request.spec.get("kind") != "process":
+            return None
+        try:
+            host = self._host_for(request.host_name, request.host_address)
+            ssh_scripts.check_lease_id(request.binding_id)
+        except (AgentError, ValueError):
+            return None
+        return {"kind": "process", "host": host.name, "address": host.address, "port": host.port,
+                "lease_id": request.lease_id, "binding_id": request.binding_id}
 
     def _read_handle(self, handle: Mapping[str, Any]) -> tuple[HostSpec, str, int, str]:
         """(host, lease dir, pid, start time) of a handle made by `bind`."""
@@ -340,11 +358,19 @@ class SshConnector(Connector):
         """TERM every process of the lease's session, KILL what is left after `grace_s`.
         Idempotent: nothing left to stop is success. Raises AgentError if the host cannot be
         reached or processes survive KILL."""
-        host, _, pid, start_time = self._read_handle(handle)
-        script = ssh_scripts.unbind_script(pid, start_time, grace_s)
-        timeout = self.request_timeout_s + grace_s + 5
+        if "pid" not in handle and handle.get("binding_id"):  # from `bind_handle`: by name
+            port = int(handle["port"]) if "port" in handle else None
+            host = self._host_for(str(handle.get("host", "")), str(handle.get("address", "")), port)
+            script = ssh_scripts.cancel_script(str(self._setting("state_dir")), str(handle["binding_id"]), grace_s)
+        else:
+            host, _, pid, start_time = self._read_handle(handle)
+            script = ssh_scripts.unbind_script(pid, start_time, grace_s)
+        # The script waits up to the grace, then up to 5 s of KILL rounds.
+        timeout = self.request_timeout_s + grace_s + 10
         with self._session(host) as session:
             marks = ssh_scripts.read_marks(session.run(script, timeout=timeout).stdout)
+        if "error" in marks:
+            raise AgentError(f"cannot stop the lease's binding on {host.where}: {marks['error']}")
         if "survivors" in marks:
             raise AgentError(f"processes {marks['survivors']} on {host.where} survived SIGKILL")
         if "stopped" not in marks:

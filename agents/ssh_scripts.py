@@ -12,7 +12,18 @@ Lease state on a host lives in `<state_dir>/leases/<lease id>/`:
                its pid is also the session id of the whole process tree; the start time is
                field 22 of /proc/<pid>/stat, to tell our process from a later one given its pid;
   `exit`       the command's exit status (128+N when killed by signal N);
-  `output.log` stdout and stderr of the command.
+  `output.log` stdout and stderr of the command;
+  `cancelled`  written by a stop that found no `started` (a bind that failed or was abandoned):
+               a bind that comes later refuses to claim, a wrapper that comes later exits
+               before the command. Each side writes its own file first and then looks for the
+               other's, so one of them always sees the other: nothing starts after a stop.
+
+A lease bound again after a requeue uses `<lease id>-<generation>` as its directory name
+(`BindRequest.binding_id`), apart from the first binding, which may still be being stopped.
+
+Waits are measured on the host's clock (`/proc/uptime`, monotonic, in centiseconds), never in
+loop turns: each turn lists /proc, which takes its own time on a busy host (a grace of 10 s
+counted as 200 turns of 50 ms took 42 s there).
 """
 
 from __future__ import annotations
@@ -39,6 +50,13 @@ proc_stat() { # PID -> sets st_state st_session st_start; fails if PID is gone
   [ $# -ge 20 ] || return 1
   st_state=$1; st_session=$4; shift 19; st_start=$1
 }
+"""
+
+
+# The host's monotonic clock in centiseconds, without forking (`t`). /proc/uptime always has two
+# decimals; "1$frac - 100" keeps a leading zero from reading as octal.
+_CLOCK_FUNCTION = """\
+clock() { read -r up _ < /proc/uptime; t=$(( ${up%.*} * 100 + 1${up#*.} - 100 )); }
 """
 
 
@@ -119,6 +137,8 @@ d=$1; cd "$HOME" 2>/dev/null || cd /
     + _STAT_FUNCTIONS
     + """\
 proc_stat $$; printf '%s %s\\n' $$ "$st_start" > "$d/started.tmp"; mv "$d/started.tmp" "$d/started"
+# A stop that came first (it writes `cancelled`, then reads `started`) found nothing to stop.
+[ -e "$d/cancelled" ] && exit 0
 # Catching TERM keeps this wrapper alive until the command has ended, so that its exit status
 # is recorded; the command itself starts with the default TERM behaviour (traps reset on exec).
 trap 'stopping=1' TERM INT HUP
@@ -128,24 +148,30 @@ code=$?; printf '%s\\n' "$code" > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit"
 """
 )
 
-_BIND = """\
+_BIND = (
+    """\
 umask 077
 d=@STATE@/leases/@LEASE@
 mkdir -p "$d" || { echo "@MARK@ error cannot create $d"; exit 0; }
 command -v setsid >/dev/null 2>&1 || { echo "@MARK@ error setsid not found on the host"; exit 0; }
+[ -e "$d/cancelled" ] && { echo "@MARK@ cancelled"; exit 0; }
 if mkdir "$d/claimed" 2>/dev/null; then
   printf '%s' @WRAPPER@ > "$d/run.sh"
   setsid /bin/sh "$d/run.sh" "$d" </dev/null >>"$d/output.log" 2>&1 &
 fi
-i=0
-while [ ! -s "$d/started" ] && [ "$i" -lt @TICKS@ ]; do
-  sleep 0.05 2>/dev/null || sleep 1; i=$((i+1))
+"""
+    + _CLOCK_FUNCTION
+    + """\
+clock; end=$((t + @WAIT@ * 100))
+while [ ! -s "$d/started" ] && [ "$t" -lt "$end" ]; do
+  sleep 0.05 2>/dev/null || sleep 1; clock
 done
 echo "@MARK@ dir $d"
 [ -s "$d/started" ] && echo "@MARK@ started $(cat "$d/started")"
 [ -f "$d/exit" ] && echo "@MARK@ exit $(cat "$d/exit")"
 exit 0
 """
+)
 
 
 def bind_script(state_dir: str, lease_id: str, wrapper: str, wait_s: int = 10) -> str:
@@ -157,7 +183,7 @@ def bind_script(state_dir: str, lease_id: str, wrapper: str, wait_s: int = 10) -
         STATE=state_dir_expr(state_dir),
         LEASE=shlex.quote(check_lease_id(lease_id)),
         WRAPPER=shlex.quote(wrapper),
-        TICKS=str(wait_s * 20),
+        WAIT=str(int(wait_s)),
     )
 
 
@@ -184,11 +210,12 @@ def observe_script(lease_dir: str, pid: int, start_time: str) -> str:
     return _fill(_OBSERVE, DIR=shlex.quote(lease_dir), PID=str(int(pid)), START=shlex.quote(start_time))
 
 
-_UNBIND = (
-    """\
-pid=@PID@; start=@START@; grace=@GRACE@
-"""
-    + _STAT_FUNCTIONS
+# The stop itself, once `pid`, `start` and `grace` are set: TERM the session, wait up to `grace`
+# seconds on the host's clock for it to end (looking every 0.1 s, so an early end is seen at
+# once), KILL what is left, for at most 5 s more.
+_STOP = (
+    _STAT_FUNCTIONS
+    + _CLOCK_FUNCTION
     + """\
 members() { # live processes of the lease's session (zombies are already dead)
   for f in /proc/[0-9]*/stat; do
@@ -200,27 +227,51 @@ members() { # live processes of the lease's session (zombies are already dead)
 if proc_stat "$pid" && [ "$st_start" != "$start" ]; then
   echo "@MARK@ stopped"; exit 0  # pid reused by another process: nothing of ours is left
 fi
+clock; t0=$t; end=$((t + grace * 100))
 m=$(members); [ -n "$m" ] && kill -TERM $m 2>/dev/null
-i=0
-while [ -n "$m" ] && [ "$i" -lt $((grace * 20)) ]; do
-  sleep 0.05 2>/dev/null || sleep 1; i=$((i+1)); m=$(members)
+while [ -n "$m" ] && [ "$t" -lt "$end" ]; do
+  sleep 0.1 2>/dev/null || sleep 1; m=$(members); clock
 done
-i=0
-while [ -n "$m" ] && [ "$i" -lt 100 ]; do
-  kill -KILL $m 2>/dev/null; sleep 0.05 2>/dev/null || sleep 1; i=$((i+1)); m=$(members)
+[ -n "$m" ] && echo "@MARK@ killed after $((t - t0)) cs"
+end=$((t + 500))
+while [ -n "$m" ] && [ "$t" -lt "$end" ]; do
+  kill -KILL $m 2>/dev/null; sleep 0.05 2>/dev/null || sleep 1; m=$(members); clock
 done
 [ -n "$m" ] && echo "@MARK@ survivors $m"
+clock; echo "@MARK@ waited $((t - t0)) cs"
 echo "@MARK@ stopped"
 """
 )
 
+_UNBIND = """\
+pid=@PID@; start=@START@; grace=@GRACE@
+""" + _STOP
+
 
 def unbind_script(pid: int, start_time: str, grace_s: int) -> str:
-    """TERM every live process of the lease's session, wait up to `grace_s`, then KILL the
-    rest. Only when the session leader is gone or still the same process (start time), so a
-    reused pid is never signalled (Linux keeps a session id from reuse while members live).
-    Reports `survivors PIDS` if any outlived KILL, then `stopped`."""
+    """TERM every live process of the lease's session, wait up to `grace_s` seconds (the host's
+    clock), then KILL the rest. Only when the session leader is gone or still the same process
+    (start time), so a reused pid is never signalled (Linux keeps a session id from reuse while
+    members live). Reports `killed after N cs` when KILL was needed, `survivors PIDS` if any
+    outlived it, `waited N cs`, then `stopped`."""
     return _fill(_UNBIND, PID=str(int(pid)), START=shlex.quote(start_time), GRACE=str(int(grace_s)))
+
+
+_CANCEL = """\
+umask 077
+d=@STATE@/leases/@LEASE@; grace=@GRACE@
+mkdir -p "$d" && : > "$d/cancelled" || { echo "@MARK@ error cannot write $d/cancelled"; exit 0; }
+[ -s "$d/started" ] || { echo "@MARK@ stopped"; exit 0; }
+read -r pid start < "$d/started"
+""" + _STOP
+
+
+def cancel_script(state_dir: str, binding_id: str, grace_s: int) -> str:
+    """Stop a binding known only by its name (a bind that failed or was abandoned): mark it
+    `cancelled` (no bind or wrapper starts the command after this), then stop its session as
+    `unbind_script` does if it had started."""
+    return _fill(_CANCEL, STATE=state_dir_expr(state_dir), LEASE=shlex.quote(check_lease_id(binding_id)),
+                 GRACE=str(int(grace_s)))
 
 
 def read_marks(text: str) -> dict[str, str]:

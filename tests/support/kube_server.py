@@ -14,7 +14,8 @@ Served (the subset gpupool uses):
     GET  /api/v1/namespaces/{ns}/events
 and Dynamic Resource Allocation's ResourceSlices and ResourceClaims (`tests.support.kube_dra`).
 Errors come back as `kind: Status` bodies with the API server's wording (404 NotFound, 409
-AlreadyExists, 400 BadRequest). Deletion is immediate; the grace period asked for is recorded.
+AlreadyExists, 400 BadRequest). Deletion is immediate; the grace period asked for is recorded, and
+a `preconditions.uid` in the delete's body is honoured (409 Conflict when the pod's uid differs).
 """
 
 from __future__ import annotations
@@ -307,6 +308,12 @@ class KubeApiServer(DraRoutes):
         if method == "GET":
             return 200, pod
         if method == "DELETE":
+            wanted = ((body or {}).get("preconditions") or {}).get("uid") if isinstance(body, dict) else None
+            if wanted and wanted != pod["metadata"].get("uid"):
+                return 409, _status(
+                    409, "Conflict", f"Precondition failed: UID in precondition: {wanted}, "
+                    f"UID in object meta: {pod['metadata'].get('uid')}",
+                )  # fmt: skip
             del self.pods[(namespace, name or "")]
             return 200, pod
         return 405, _status(405, "MethodNotAllowed", f"{method} not served for pods")
