@@ -2,11 +2,20 @@
 
 Connectors do the remote work; this module turns their results into lease transitions. Every
 function is idempotent, so Celery may retry it or run it twice on two workers.
+
+A lease's GPUs come back only once its workload is known to be over: observed ended, or stopped
+by `lease_unbind`, which retries a failed stop with backoff for as long as it takes (the lease
+shows `stopping` meanwhile; allocation.stopping), or forgotten by an admin whose host is gone for
+good. Before it asks the host, a bind marks the lease (`binding_status.bind`): from then on an
+end keeps the GPUs, since a bind whose reply is lost may have started the workload all the same;
+and a bind that failed has what it may have left deleted by name (`Connector.bind_handle`).
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -20,11 +29,14 @@ from agents.base import (
     AgentError,
     BindingStatus,
     BindRequest,
+    Connector,
 )
-from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
-from allocation.leases import lease_end, lease_free_gpus, transition
+from allocation import stopping
+from allocation.choices import END_STATES, LeaseState
+from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease
-from allocation.triggers import request_pass
+from allocation.triggers import request_pass, request_unbind
+from inventory.choices import HostState
 from inventory.discovery import source_connector
 
 logger = logging.getLogger(__name__)
@@ -36,9 +48,31 @@ class TransientBindError(Exception):
     """Raised for errors worth a retry (the task retries with backoff)."""
 
 
-def _lease(lease_id: Any) -> Lease | None:
-    return (Lease.objects.select_related("host__source", "priority_class")
-            .filter(pk=lease_id).first())
+def _lease(lease_id: Any, *, lock: bool = False) -> Lease | None:
+    leases = Lease.objects.select_related("host__source", "priority_class")
+    if lock:
+        leases = leases.select_for_update(of=("self",))
+    return leases.filter(pk=lease_id).first()
+
+
+def bind_request(lease: Lease) -> BindRequest | None:
+    """What the connector needs to start the lease's workload, or to find it again by name. A
+    stranded workload (services.leases: a requeued lease's first binding) is named after the lease
+    and generation it was started for. None without a host."""
+    if lease.host is None:
+        return None
+    status = lease.binding_status or {}
+    origin = status.get("binding_of") or {}
+    uuids = tuple(lease.gpus.filter(lease_links__active=True, lease_links__lease=lease)
+                  .order_by("index").values_list("uuid", flat=True))
+    return BindRequest(lease_id=str(origin.get("lease") or lease.pk), host_name=lease.host.name,
+                       host_address=lease.host.address or lease.host.name, gpu_uuids=uuids,
+                       spec=lease.binding_spec, grace_s=lease.priority_class.grace_s,
+                       generation=int(origin.get("generation", status.get("generation", 0)) or 0))
+
+
+def _with_generation(status: dict[str, Any], request: BindRequest) -> dict[str, Any]:
+    return {**status, "generation": request.generation} if request.generation else status
 
 
 def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
@@ -46,69 +80,214 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
     lease = _lease(lease_id)
     if lease is None or lease.state != S.GRANTED or not lease.binding_spec:
         return "skipped"
-    if lease.host is None:
+    request = bind_request(lease)
+    if request is None or lease.host is None:
         return _fail(lease, "lease has no host to bind on")
-    uuids = tuple(lease.gpus.filter(lease_links__active=True, lease_links__lease=lease)
-                  .order_by("index").values_list("uuid", flat=True))
-    request = BindRequest(lease_id=str(lease.pk), host_name=lease.host.name,
-                          host_address=lease.host.address or lease.host.name, gpu_uuids=uuids,
-                          spec=lease.binding_spec, grace_s=lease.priority_class.grace_s)
+    if not _mark_binding(lease.pk):
+        return "skipped"  # it ended (or was bound by another worker) before we asked the host
+    connector = source_connector(lease.host.source)
     try:
-        status = source_connector(lease.host.source).bind(request)
+        status = connector.bind(request)
     except AgentError as exc:
-        if exc.permanent or final_attempt:
-            return _fail(lease, f"binding failed: {exc.message}")
-        Lease.objects.filter(pk=lease.pk, state=S.GRANTED).update(
-            reason=f"binding retrying after error: {exc.message}")
-        raise TransientBindError(exc.message) from exc
+        return _bind_failed(lease.pk, exc, final=exc.permanent or final_attempt, generation=request.generation)
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
-        lease.binding_status = status.to_dict()
+        if lease.state == S.BOUND:
+            # Another worker bound it meanwhile (a retried task racing the first run): the
+            # connector's bind is idempotent, so what it started is this very workload.
+            return "skipped"
         if lease.state == S.GRANTED:
+            lease.binding_status = _with_generation(status.to_dict(), request)
             kind = lease.binding_spec.get("kind", "workload")
             transition(lease, S.BOUND, actor=ACTOR, reason=f"{kind} started on {request.host_name}",
                        extra={"handle": dict(status.handle)}).save()
             lease.save()
             return "bound"
-        if lease.state == S.BOUND:
-            # Another worker bound it meanwhile (a retried task racing the first run): the
-            # connector's bind is idempotent, so what it started is this very workload.
-            return "skipped"
-        # The lease ended while we were starting it: stop what we just started.
-        lease.save(update_fields=["binding_status"])
-    transaction.on_commit(lambda: lease_unbind(lease.pk))
+        # The lease ended while we were starting it: it kept its GPUs (the bind mark), or the
+        # stranded copy of a requeued lease did; stop what we just started, its handle now known.
+        holder = lease if lease.state in END_STATES else _stranded(lease.pk, request.generation)
+        if holder is not None:
+            stop = holder.binding_status.get("stop")
+            holder.binding_status = {**holder.binding_status, **status.to_dict(), "state": "stopping",
+                                     **({"stop": stop} if stop else {})}
+            holder.save(update_fields=["binding_status"])
+    if holder is None or holder.ending_since is None:
+        _stop_unheld(connector, status, request)  # its GPUs were freed meanwhile (an admin forgot it)
+    else:
+        lease_unbind(holder.pk)
     return "ended-meanwhile"
+
+
+def _stranded(lease_id: Any, generation: int) -> Lease | None:
+    """The lease holding the stop of this lease's binding `generation` after a requeue, locked."""
+    return (Lease.objects.select_for_update().filter(
+        binding_status__binding_of__lease=str(lease_id), state__in=END_STATES)
+        .filter(binding_status__binding_of__generation=generation).first())
+
+
+def _mark_binding(lease_id: Any) -> bool:
+    """Mark a granted lease as being bound, before the host is asked; False if it is no longer
+    granted (ended, or bound by another worker), and then nothing must be started."""
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        if lease is None or lease.state != S.GRANTED:
+            return False
+        bind = {**(lease.binding_status.get("bind") or {}), "started_at": stopping.iso(timezone.now()),
+                "in_flight": True}
+        lease.binding_status = {**lease.binding_status, "bind": bind}
+        lease.save(update_fields=["binding_status"])
+    return True
+
+
+def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int) -> str:
+    """A bind raised: retry it (transient, attempts left), or fail the lease; either way the bind
+    is no longer in flight. A failed lease keeps its GPUs until what the bind may have left on
+    the host (a pod, a process started after the reply was lost) is deleted by name."""
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().get(pk=lease_id)
+        if lease.state == S.BOUND:
+            return "skipped"  # another worker's bind of the same workload succeeded
+        holder = lease if lease.state != S.PENDING else _stranded(lease_id, generation)
+        if holder is not None:
+            bind = {**(holder.binding_status.get("bind") or {}), "in_flight": False, "error": exc.message}
+            holder.binding_status = {**holder.binding_status, "bind": bind}
+        retry = lease.state == S.GRANTED and not final
+        if retry:
+            lease.reason = f"binding retrying after error: {exc.message}"
+            lease.save(update_fields=["binding_status", "reason"])
+        elif lease.state == S.GRANTED:
+            lease_end(lease, S.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}")
+        elif holder is not None:  # ended meanwhile: its unbind may be waiting for this bind
+            holder.save(update_fields=["binding_status"])
+    if retry:  # raised after the commit: the mark must say the bind is no longer in flight
+        raise TransientBindError(exc.message) from exc
+    if holder is not None:
+        lease_unbind(holder.pk)
+    request_pass(lease.pool_id)
+    return "failed" if lease.state == S.FAILED else "ended-meanwhile"
 
 
 def _fail(lease: Lease, reason: str) -> str:
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
-        if lease.state in HOLDING_STATES:
+        if lease.state == S.GRANTED:
             lease_end(lease, S.FAILED, actor=ACTOR, reason=reason)
     request_pass(lease.pool_id)
     return "failed"
 
 
+def _stop_unheld(connector: Connector, status: BindingStatus, request: BindRequest) -> None:
+    try:
+        connector.unbind(status.handle, grace_s=request.grace_s)
+    except AgentError as exc:
+        logger.error("lease %s: could not stop a workload started after its GPUs were freed: %s",
+                     request.lease_id, exc.message)
+
+
 def lease_unbind(lease_id: Any, *, final_attempt: bool = False) -> str:
-    """Stop the workload of an ended lease (notice, grace, kill) and free its GPUs."""
-    lease = _lease(lease_id)
-    if lease is None or lease.state not in END_STATES or lease.ending_since is None:
-        return "skipped"
-    handle = lease.binding_status.get("handle")
-    if handle and lease.host is not None:
-        try:
-            source_connector(lease.host.source).unbind(handle, grace_s=lease.priority_class.grace_s)
-        except AgentError as exc:
-            if not (exc.permanent or final_attempt):
-                raise TransientBindError(exc.message) from exc
-            # The host cannot be reached for good: free the GPUs but say so plainly.
-            Lease.objects.filter(pk=lease.pk).update(
-                reason=f"{lease.reason}; stopping the workload failed: {exc.message}")
-    status = {**lease.binding_status, "state": "stopped", "stopped_at": timezone.now().isoformat()}
-    Lease.objects.filter(pk=lease.pk).update(binding_status=status)
-    lease_free_gpus([lease.pk])
+    """Stop the workload of an ended lease (notice, grace, kill) and free its GPUs once it has
+    stopped. A failed attempt keeps the GPUs, is recorded on the lease (`stopping`: the error,
+    the attempts, the next one) and is retried with backoff: there is no last attempt after
+    which the GPUs are freed anyway (`final_attempt` is accepted and ignored). Returns what
+    happened, in a word."""
+    now = timezone.now()
+    with transaction.atomic():
+        lease = _lease(lease_id, lock=True)
+        if lease is None or lease.state not in END_STATES or lease.ending_since is None:
+            return "skipped"
+        status = lease.binding_status or {}
+        if stopping.claimed(status, now):
+            return "in-progress"  # another worker's attempt: it reports for itself
+        bind = status.get("bind") or {}
+        started = stopping.parse(bind.get("started_at")) or now
+        if not status.get("handle") and bind.get("in_flight") and (
+                now - started).total_seconds() < stopping.BIND_ABANDONED_S:
+            until = started + timedelta(seconds=stopping.BIND_ABANDONED_S)
+            lease.binding_status = stopping.with_wait(status, until, "waiting for the bind in flight to report")
+            lease.save(update_fields=["binding_status"])
+            return "waiting"  # that bind, reporting to an ended lease, stops what it started
+        connector, handle, problem = _stop_target(lease, status)
+        if handle is not None or problem:
+            lease.binding_status = stopping.with_claim(status, now, lease.priority_class.grace_s)
+            lease.save(update_fields=["binding_status"])
+    if problem:
+        return _stop_failed(lease.pk, problem, permanent=True)
+    if handle is None or connector is None:
+        return _stopped(lease.pk)  # nothing was (or can have been) started on the host
+    try:
+        connector.unbind(handle, grace_s=lease.priority_class.grace_s)
+    except AgentError as exc:
+        return _stop_failed(lease.pk, exc.message, permanent=exc.permanent)
+    return _stopped(lease.pk)
+
+
+def _stop_target(lease: Lease, status: dict[str, Any]) -> tuple[Connector | None, Any, str]:
+    """(connector, handle to stop, problem): the bound workload's handle, or the name a bind that
+    never reported may have used (`bind_handle`); no handle when nothing can be running; a
+    problem (permanent) when the host cannot even be addressed."""
+    handle = status.get("handle")
+    if not handle and not status.get("bind"):
+        return None, None, ""
+    if lease.host is None:
+        return None, None, "the lease's host is no longer in the inventory"
+    try:
+        connector = source_connector(lease.host.source)
+    except Exception as exc:  # an unknown kind, unreadable secrets: say so, keep the GPUs
+        return None, None, f"cannot use source {lease.host.source.name}: {exc}"
+    if not handle:
+        request = bind_request(lease)
+        handle = connector.bind_handle(request) if request is not None else None
+    return connector, handle, ""
+
+
+def _stopped(lease_id: Any) -> str:
+    """The workload is over: free the GPUs (unless an admin forgot it meanwhile: done already)."""
+    now = timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        if lease is None or lease.state not in END_STATES or lease.ending_since is None:
+            return "skipped"
+        status = lease.binding_status or {}
+        attempts = int((status.get("stop") or {}).get("attempts") or 0)
+        fields = ["binding_status"]
+        if status:
+            lease.binding_status = stopping.with_stopped(status, now)
+        if attempts:
+            before = (status.get("stop") or {}).get("reason_before")
+            if before is not None:
+                lease.reason, fields = before, [*fields, "reason"]
+            audit(actor=ACTOR, action="lease.stopped", obj=lease, lease=lease,
+                  message=f"workload stopped after {attempts} failed attempt(s); GPUs freed",
+                  data={"attempts": attempts}).save()
+        lease.save(update_fields=fields)
+        lease_free_gpus([lease.pk])
     request_pass(lease.pool_id)
     return "unbound"
+
+
+def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> str:
+    """Record a failed stop on the lease, keep its GPUs, and ask for the next attempt."""
+    now = timezone.now()
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+        if lease is None or lease.state not in END_STATES or lease.ending_since is None:
+            return "skipped"  # forgotten by an admin meanwhile
+        status, delay, news = stopping.with_failure(lease.binding_status or {}, now, message, permanent=permanent)
+        stop = status["stop"]
+        before = stop.setdefault("reason_before", lease.reason)
+        retry = ("retried every " if permanent else "next attempt in ") + stopping.describe_delay(delay)
+        lease.reason = (f"{before}; its workload could not be stopped yet (attempt {stop['attempts']}: "
+                        f"{message}); its GPUs stay held, {retry}")
+        lease.binding_status = status
+        lease.save(update_fields=["binding_status", "reason"])
+        if news:
+            audit(actor=ACTOR, action="lease.stop_failed", obj=lease, lease=lease,
+                  message=f"stopping its workload failed: {message}; GPUs held, {retry}",
+                  data={"attempts": stop["attempts"], "permanent": permanent, "error": message}).save()
+    logger.warning("lease %s: stopping its workload failed (attempt %d): %s; %s", lease_id,
+                   stop["attempts"], message, retry)
+    transaction.on_commit(partial(request_unbind, lease_id, countdown=delay))
+    return "retrying"
 
 
 def lease_observe(lease: Lease) -> str:
@@ -124,17 +303,25 @@ def lease_observe(lease: Lease) -> str:
         return "error"
     if status.state not in BIND_ENDED:
         if status.to_dict() != {k: lease.binding_status.get(k) for k in status.to_dict()}:
-            Lease.objects.filter(pk=lease.pk).update(binding_status=status.to_dict())
+            generation = lease.binding_status.get("generation")
+            Lease.objects.filter(pk=lease.pk).update(
+                binding_status={**status.to_dict(), **({"generation": generation} if generation else {})})
         return status.state
     target, reason = _ended_reason(lease, status)
+    # A workload that never started or was refused (a pod Pending past its deadline, rejected by
+    # the kubelet) may still be there, and may yet start: it is deleted before the GPUs come back.
+    # One that ran and ended (an exit code) or vanished has nothing left to stop.
+    stop_first = target == S.FAILED and status.state != BIND_GONE
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
         if lease.state != S.BOUND:
             return "skipped"
-        lease.binding_status = {**status.to_dict(), "state": status.state}
-        lease_end(lease, target, actor=ACTOR, reason=reason, keep_gpus=False)
-    # The workload is already gone: nothing to stop, free the GPUs now.
-    lease_free_gpus([lease.pk])
+        generation = lease.binding_status.get("generation")
+        lease.binding_status = {**status.to_dict(), "state": status.state,
+                                **({"generation": generation} if generation else {})}
+        lease_end(lease, target, actor=ACTOR, reason=reason, workload_gone=not stop_first)
+    if stop_first:
+        lease_unbind(lease.pk)
     request_pass(lease.pool_id)
     return target
 
@@ -151,22 +338,21 @@ def _ended_reason(lease: Lease, status: BindingStatus) -> tuple[str, str]:
 
 
 def bindings_observe() -> dict[str, int]:
-    """Observe every bound lease; re-request unbinds that seem stuck."""
+    """Observe every bound lease; ask again for stops that are due (allocation.stopping.stop_due:
+    a retry whose message was lost, a host back after failed attempts)."""
     counts: dict[str, int] = {}
     for lease in Lease.objects.filter(state=S.BOUND).select_related("host__source"):
         outcome = lease_observe(lease)
         counts[outcome] = counts.get(outcome, 0) + 1
     now = timezone.now()
-    stuck = Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
-                                 binding_status__has_key="handle").select_related("priority_class")
-    from allocation.triggers import request_unbind
-
-    for lease in stuck:
-        ending_since = lease.ending_since
-        if ending_since is not None and (now - ending_since).total_seconds() > lease.priority_class.grace_s + 30:
+    for lease in stopping.pending_stops().select_related("priority_class", "host"):
+        host = lease.host
+        seen = host.last_seen if host is not None and host.state != HostState.OFFLINE else None
+        if stopping.stop_due(lease, now, host_seen_at=seen):
             request_unbind(lease.pk)
+            counts["stop_requested"] = counts.get("stop_requested", 0) + 1
     return counts
 
 
-__all__ = ["BIND_FAILED", "TransientBindError", "bindings_observe", "lease_bind", "lease_observe",
-           "lease_unbind"]
+__all__ = ["BIND_FAILED", "TransientBindError", "bind_request", "bindings_observe", "lease_bind",
+           "lease_observe", "lease_unbind"]

@@ -132,10 +132,23 @@ def audit_rows_insert(rows: Sequence[AuditRow]) -> int:
     return bulk_insert_columns(AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else [])
 
 
+def workload_may_run(lease: Lease) -> bool:
+    """Whether something of the lease may be running on its host: a bound workload (its handle),
+    or a bind that was started (the bind task marks the lease with `bind` before it asks the
+    host, and a bind whose reply was lost may have started it all the same)."""
+    status = lease.binding_status or {}
+    return bool(status.get("handle")) or "bind" in status or lease.state == S.BOUND
+
+
+def stop_pending(lease: Lease) -> bool:
+    """After an end: whether the unbind task must stop a workload before the GPUs come back."""
+    return lease.ending_since is not None and workload_may_run(lease)
+
+
 def _end(lease: Lease, target: str, *, actor: str, reason: str, now: datetime,
-         keep_gpus: bool | None, announce: bool) -> tuple[AuditEvent, bool]:
+         keep_gpus: bool | None, announce: bool, workload_gone: bool = False) -> tuple[AuditEvent, bool]:
     """`lease_end` in memory: returns the audit event and whether the lease keeps its GPUs."""
-    has_workload = bool(lease.binding_status.get("handle")) or lease.state == S.BOUND
+    has_workload = workload_may_run(lease) and not workload_gone
     event = transition(lease, target, actor=actor, reason=reason, now=now, announce=announce)
     hold = has_workload if keep_gpus is None else keep_gpus or has_workload
     if hold:
@@ -147,18 +160,20 @@ def _end(lease: Lease, target: str, *, actor: str, reason: str, now: datetime,
 
 def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
               now: datetime | None = None, keep_gpus: bool | None = None,
-              announce: bool = True) -> None:
+              announce: bool = True, workload_gone: bool = False) -> None:
     """End a holding (or pending) lease, in the caller's transaction.
 
     GPUs are freed at once unless a workload is bound or being bound (then the unbind task frees
-    them once it has stopped) or `keep_gpus` is forced (a preemption notice on an unbound lease:
+    them once it has stopped it, however many attempts that takes: allocation.stopping) or
+    `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
     On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
     GPU-hour meter, the freed links and GPUs) is one statement. A `now` before the lease's grant
-    counts as the grant's time (`end_time`)."""
+    counts as the grant's time (`end_time`). `workload_gone`: its workload is known to have ended
+    (observed): nothing to stop, the GPUs are freed with the end."""
     now = end_time(lease, now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
-                       announce=announce)
+                       announce=announce, workload_gone=workload_gone)
     from allocation.ledger import ledger_close, ledger_close_sql
     from allocation.metering import meter_close, meter_close_sql
 

@@ -54,9 +54,12 @@ def bind_lease(lease_id: str) -> None:
     lease_bind(lease_id, final_attempt=final_attempt())
 
 
-@gpupool_task(name="allocation.unbind_lease", retry_on=(TransientBindError,), soft_time_limit=900, time_limit=960)
+@gpupool_task(name="allocation.unbind_lease", soft_time_limit=900, time_limit=960)
 def unbind_lease(lease_id: str) -> None:
-    lease_unbind(lease_id, final_attempt=final_attempt())
+    """One attempt at stopping a lease's workload. A failed attempt is recorded on the lease and
+    asks for the next one itself, with backoff, for as long as it takes (allocation.stopping):
+    no Celery retry budget whose last attempt would free GPUs under a running workload."""
+    lease_unbind(lease_id)
 
 
 @gpupool_task(name="allocation.check_ledger", soft_time_limit=120, time_limit=150)

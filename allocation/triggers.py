@@ -40,10 +40,12 @@ def request_bind(lease_id: Any) -> None:
     _send(bind_lease, str(lease_id))
 
 
-def request_unbind(lease_id: Any) -> None:
+def request_unbind(lease_id: Any, countdown: float | None = None) -> None:
+    """Ask for an attempt at stopping the lease's workload, now or in `countdown` seconds (a
+    retry after a failed one; the observe sweep asks again if this message is lost)."""
     from allocation.tasks import unbind_lease
 
-    _send(unbind_lease, str(lease_id))
+    _send(unbind_lease, str(lease_id), countdown=countdown)
 
 
 # One immediate retry (a pooled connection the broker dropped reconnects on it) and no more:
@@ -52,8 +54,8 @@ def request_unbind(lease_id: Any) -> None:
 PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 
 
-def _send(task: Any, *args: Any) -> None:
+def _send(task: Any, *args: Any, countdown: float | None = None) -> None:
     try:
-        task.apply_async(args, retry_policy=PUBLISH_RETRY)
+        task.apply_async(args, retry_policy=PUBLISH_RETRY, **({"countdown": countdown} if countdown else {}))
     except Exception:  # broker down: the periodic beat entries pick the work up later
         logger.warning("could not enqueue %s%r; beat will catch up", task.name, args, exc_info=True)

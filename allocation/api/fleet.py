@@ -1,6 +1,7 @@
-"""Inventory endpoints with the admin actions that involve leases: cordon, drain, uncordon, and the
-capacity moves (of a GPU, a host, or GPUs and hosts into a pool; previews with `?dry_run=true`: see
-allocation.api.moves). Pool listings gain pending counts; GPUs gain the lease that holds them."""
+"""Inventory endpoints with the admin actions that involve leases: cordon, drain, uncordon,
+forget-workloads (of a host gone for good), and the capacity moves (of a GPU, a host, or GPUs and
+hosts into a pool; previews with `?dry_run=true`: see allocation.api.moves). Pool listings gain
+pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from allocation.api.moves import (
     move_answer,
     preview_or_move,
 )
+from allocation.api.serializers import ForgetWorkloadsSerializer, ForgottenWorkloadsSerializer
 from allocation.capacity_preview import capacity_preview
 from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu
-from allocation.services.admin import host_admin_action
+from allocation.services.admin import host_admin_action, host_forget_workloads
 from allocation.services.capacity import capacity_move
 from allocation.sql import execute
 from core.api.permissions import IsPoolAdmin
@@ -111,6 +113,22 @@ class HostViewSet(inventory_views.HostViewSet):
         data = body.validated_data
         return Response(preview_or_move(request, pool=data["pool"], host_ids=[host.pk], mode=data["mode"],
                                         fingerprint=data["fingerprint"]))
+
+    @extend_schema(summary="Forget the workloads of a host gone for good (pool admins)",
+                   request=ForgetWorkloadsSerializer, responses=ForgottenWorkloadsSerializer)
+    @action(detail=True, methods=["post"], url_path="forget-workloads", permission_classes=[IsPoolAdmin])
+    def forget_workloads(self, request: Request, pk: str | None = None) -> Response:
+        """Free the GPUs of this host's ended leases whose workloads could not be stopped (their
+        lease shows `stopping`), without a stop: for a host that is gone for good (decommissioned,
+        reinstalled, out of the configuration). Until then such GPUs stay held, so that none is
+        handed out under a workload that still runs. 409 `host_not_offline` while the host
+        answers discovery, unless `force`. Audited per lease and for the host."""
+        body = ForgetWorkloadsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        host = self.get_object()
+        leases, freed = host_forget_workloads(host=host, actor=request.user.username, **body.validated_data)
+        return Response({"host": HostSerializer(host_list().get(pk=host.pk)).data, "leases": leases,
+                         "gpus_freed": freed})
 
 
 @extend_schema_view(list=extend_schema(summary="List GPUs"), retrieve=extend_schema(summary="Read a GPU"))

@@ -22,6 +22,7 @@ from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.sql import execute
+from allocation.stopping import stopping_view
 from core.api.renderers import drf_datetime
 from inventory.models import Gpu
 
@@ -30,7 +31,7 @@ from inventory.models import Gpu
 COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
            "same_host", "selector", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at",
            "expires_at", "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
-           "binding_status", "preempted_by_id", "warning", "idle_exempt")
+           "binding_status", "preempted_by_id", "warning", "idle_exempt", "ending_since")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
 
@@ -82,6 +83,7 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
                     "status": row["binding_status"] or {"state": "waiting for grant"}} if spec else None,
         "preempted_by": str(preempted_by) if preempted_by is not None else None,
         "warning": row["warning"], "idle_exempt": row["idle_exempt"],
+        "stopping": stopping_view(state, row["ending_since"], row["binding_status"], lambda t: drf_datetime(t, tz)),
     }
 
 

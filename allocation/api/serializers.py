@@ -13,6 +13,8 @@ from rest_framework import serializers
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, PriorityClass, Quota, Team
 from allocation.policy.budgets import THRESHOLDS, BudgetStatus
+from allocation.stopping import stopping_view
+from inventory.api.serializers import HostSerializer
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -153,6 +155,47 @@ class ReleaseSerializer(StrictSerializer):
                                    help_text="Why, for the audit trail.")
 
 
+class ForgetWorkloadsSerializer(StrictSerializer):
+    """The body of `hosts/{id}/forget-workloads/`."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
+                                   help_text="Why the host is gone for good, for the audit trail.")
+    force = serializers.BooleanField(required=False, default=False,
+                                     help_text="Forget even though the host is not offline (a stop could still "
+                                               "succeed there); without it such a host is 409 host_not_offline.")
+
+
+class ForgottenWorkloadsSerializer(serializers.Serializer):
+    """The answer of `hosts/{id}/forget-workloads/`."""
+
+    host = HostSerializer(read_only=True, help_text="The host, as GET hosts/{id}/ shows it.")
+    leases = serializers.ListField(child=serializers.UUIDField(), read_only=True,
+                                   help_text="The leases whose workloads were forgotten (their GPUs freed).")
+    gpus_freed = serializers.IntegerField(read_only=True, help_text="GPUs freed.")
+
+
+STOPPING_HELP = ("Set while the lease has ended but keeps its GPUs until its workload is stopped (or its "
+                 "preemption notice runs out); null otherwise. A failed stop is retried with backoff "
+                 "(5 s doubling to 5 min; every 30 min after a permanent error) and the GPUs are never "
+                 "freed without a stop, unless an admin forgets the host's workloads.")
+STOPPING_SCHEMA: dict[str, Any] = {
+    "type": "object", "nullable": True, "description": STOPPING_HELP,
+    "properties": {
+        "since": {"type": "string", "format": "date-time", "description": "When the lease ended."},
+        "attempts": {"type": "integer", "description": "Failed attempts at stopping the workload so far."},
+        "last_error": {"type": "string", "description": "Why the last attempt failed; empty before any failed."},
+        "permanent": {"type": "boolean", "description": "The last error will not pass by itself (a changed host "
+                                                        "key, a host gone from the configuration): retried "
+                                                        "slowly, an admin may have to act."},
+        "last_attempt_at": {"type": "string", "format": "date-time", "nullable": True,
+                            "description": "When the last failed attempt ended."},
+        "next_attempt_at": {"type": "string", "format": "date-time", "nullable": True,
+                            "description": "When the next attempt is planned (sooner when its host answers "
+                                           "discovery again)."},
+    },
+}
+
+
 class LeaseSerializer(serializers.ModelSerializer):
     state = serializers.ChoiceField(choices=LeaseState.choices, read_only=True,
                                     help_text="pending → granted → bound → released | expired | preempted "
@@ -168,6 +211,7 @@ class LeaseSerializer(serializers.ModelSerializer):
     binding = serializers.SerializerMethodField(help_text="The workload with its live status, or null.")
     preempted_by = serializers.UUIDField(source="preempted_by_id", read_only=True, allow_null=True,
                                          help_text="Lease that preempted this one, or null.")
+    stopping = serializers.SerializerMethodField(help_text=STOPPING_HELP)
 
     class Meta:
         model = Lease
@@ -175,7 +219,7 @@ class LeaseSerializer(serializers.ModelSerializer):
                   "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "selector",
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
                   "granted_at", "expires_at", "ended_at", "reason", "queue_position",
-                  "estimated_start", "binding", "preempted_by", "warning", "idle_exempt"]
+                  "estimated_start", "binding", "preempted_by", "warning", "idle_exempt", "stopping"]
         read_only_fields = fields
         extra_kwargs = {
             "id": {"help_text": "Lease id (UUID)."},
@@ -211,12 +255,20 @@ class LeaseSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
         "kind": {"type": "string", "description": "process or pod"},
         "spec": {"type": "object", "description": "The binding as requested."},
-        "status": {"type": "object", "description": "Live status: state, exit_code, reason, handle."}}})
+        "status": {"type": "object", "description": "Live status: state (starting, running, succeeded, failed, "
+                                                    "gone; stopping while its workload is being stopped, then "
+                                                    "stopped or forgotten), exit_code, reason, handle, and `stop` "
+                                                    "(the attempts at stopping it)."}}})
     def get_binding(self, lease: Lease) -> dict[str, Any] | None:
         if not lease.binding_spec:
             return None
         return {"kind": lease.binding_kind, "spec": lease.binding_spec,
                 "status": lease.binding_status or {"state": "waiting for grant"}}
+
+    @extend_schema_field(STOPPING_SCHEMA)
+    def get_stopping(self, lease: Lease) -> dict[str, Any] | None:
+        return stopping_view(lease.state, lease.ending_since, lease.binding_status,
+                             serializers.DateTimeField().to_representation)
 
 
 class BudgetStatusSerializer(serializers.Serializer):

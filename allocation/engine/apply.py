@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
-from allocation.leases import AuditRow, leases_end, transition_row
+from allocation.leases import AuditRow, leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
 from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
@@ -138,7 +138,7 @@ def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> Non
                                     "grace_s": victim.priority_class.grace_s, "cause": pre.kind}))
         step.changes.append(LeaseChange(pre.lease_id, pool.pk, victim.team_id, S.PREEMPTED))
         step.preempted.append(pre.lease_id)
-        if victim.binding_status.get("handle"):
+        if stop_pending(victim):  # a workload, or a bind that may have started one
             step.to_unbind.append(pre.lease_id)
     if any(pre.kind == "fair_share" for _, pre in chosen):
         # The pool's minimum interval between fair-share preemptions counts from here, for

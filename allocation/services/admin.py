@@ -1,18 +1,21 @@
-"""Admin writes: cordon/drain/uncordon hosts, edit quotas and fair-share weights (capacity moves are
-in `capacity`)."""
+"""Admin writes: cordon/drain/uncordon hosts, forget the workloads of a host gone for good, edit
+quotas and fair-share weights (capacity moves are in `capacity`)."""
 
 from __future__ import annotations
 
 from functools import partial
 
 from django.db import transaction
+from django.db.models import Q
 
-from allocation.choices import HOLDING_STATES, LeaseState
-from allocation.leases import audit, lease_end
+from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
+from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending
 from allocation.models import Lease, Quota, Team
+from allocation.stopping import pending_stops
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
-from core.errors import DomainError
+from core.errors import Conflict, DomainError
+from inventory.choices import HostState
 from inventory.models import Host
 from inventory.services import host_cordon, host_drain, host_uncordon
 
@@ -46,9 +49,53 @@ def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
         for lease in sorted(leases, key=lambda lease: lease.team_id):
             lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True, now=now,
                       reason=f"host {host.name} drained by {actor}")
-            if lease.binding_status.get("handle"):
+            if stop_pending(lease):
                 transaction.on_commit(partial(request_unbind, lease.pk))
     return host
+
+
+@retry_on_deadlock()
+def host_forget_workloads(*, host: Host, actor: str, reason: str = "",
+                          force: bool = False) -> tuple[list[str], int]:
+    """An admin's word that `host` is gone for good (decommissioned, reinstalled, out of the
+    configuration): the workloads of its ended leases that could not be stopped are forgotten
+    and their GPUs freed, the one way besides a successful stop. Leases still granted or bound
+    are not touched (drain the host to end them). Refused (Conflict `host_not_offline`) while
+    the host answers discovery, unless `force`: there a stop can still succeed, and forgetting
+    would hand out GPUs under a running workload. Audited per lease and for the host; returns
+    (the forgotten leases' ids, the GPUs freed)."""
+    if host.state != HostState.OFFLINE and not force:
+        raise Conflict(f"host {host.name} is {host.state}, not offline: stopping its leases' workloads "
+                       "can still succeed; forget them only when it is gone for good (force=true)",
+                       code="host_not_offline")
+    why = reason or "host gone for good"
+    with transaction.atomic():
+        # Leases first (the order every lease write keeps), only their rows; then their GPUs.
+        on_host = pending_stops().filter(Q(host_id=host.pk)
+                                         | Q(gpu_links__active=True, gpu_links__gpu__host_id=host.pk))
+        leases = list(Lease.objects.select_for_update(of=("self",))
+                      .filter(pk__in=on_host.values("pk"), state__in=END_STATES, ending_since__isnull=False)
+                      .order_by("pk"))
+        now = db_now()
+        for lease in leases:
+            stop = lease.binding_status.get("stop") or {}
+            lease.reason = (f"{stop.get('reason_before') or lease.reason}; its workload on {host.name} was "
+                            f"forgotten by {actor} ({why}): GPUs freed without a stop")
+            lease.binding_status = {**lease.binding_status, "state": "forgotten", "forgotten_by": actor,
+                                    "forgotten_at": now.isoformat()}
+            lease.save(update_fields=["reason", "binding_status"])
+            audit(actor=actor, action="lease.workload_forgotten", obj=lease, lease=lease, at=now,
+                  message=f"workload on {host.name} forgotten ({why}); GPUs freed without a stop",
+                  data={"host": host.name, "host_state": host.state,
+                        "attempts": int(stop.get("attempts") or 0), "last_error": stop.get("error", "")}).save()
+        freed = lease_free_gpus([lease.pk for lease in leases]) if leases else 0
+        ids = [str(lease.pk) for lease in leases]
+        audit(actor=actor, action="host.forget_workloads", obj=host, at=now,
+              message=f"forgot the workloads of {len(ids)} lease(s) on {host.name} ({why}); {freed} GPU(s) freed",
+              data={"leases": ids, "gpus_freed": freed, "host_state": host.state, "force": force}).save()
+    for pool_id in {lease.pool_id for lease in leases}:
+        transaction.on_commit(partial(request_pass, pool_id))
+    return ids, freed
 
 
 def _holding_leases_locked(host: Host) -> list[Lease]:

@@ -32,7 +32,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from allocation.choices import HOLDING_STATES, LeaseState
-from allocation.leases import AuditRow, audit_rows_insert, leases_end
+from allocation.leases import AuditRow, audit_rows_insert, leases_end, stop_pending
 from allocation.models import Lease, LeaseGpu, PoolScheduling, PriorityClass
 from allocation.policy.idle import (
     GpuTelemetry,
@@ -195,7 +195,7 @@ def _reclaim(items: list[tuple[dict[str, Any], IdleReclaim, IdleState]], now: da
         audit.append(AuditRow(now, ACTOR, "lease.preempt", "lease", lease_id, lease_id, reason,
                               {"victim": lease_id, "by": None, "grace_s": lease.priority_class.grace_s,
                                "cause": "idle"}))
-        if lease.ending_since is not None and lease.binding_status.get("handle"):
+        if stop_pending(lease):
             transaction.on_commit(partial(request_unbind, lease.pk))
     for pool_id in {lease.pool_id for lease, _, _ in chosen}:
         transaction.on_commit(partial(request_pass, pool_id))

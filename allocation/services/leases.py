@@ -15,7 +15,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
-from allocation.leases import audit, lease_end, lease_free_gpus, transition
+from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending, transition
 from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Team
 from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
@@ -329,9 +329,11 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     counts["lost"], counts["requeued"] = leases_mark_lost(list(lost[:1000]), reason_prefix="host offline",
                                                           now=now, pools=pools)
     # Unbound leases preempted with notice: their GPUs come back once the grace has passed.
+    # Never those with a workload, or a bind that may have started one: only a stop frees them
+    # (allocation.binding.lease_unbind).
     ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
                                    gpu_links__active=True)
-              .exclude(binding_status__has_key="handle")
+              .exclude(binding_status__has_key="handle").exclude(binding_status__has_key="bind")
               .select_related("priority_class").distinct())
     due = [lease for lease in ending if lease.ending_since is not None
            and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
@@ -346,7 +348,14 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
 def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime | None = None,
                      pools: set[int] | None = None) -> tuple[int, int]:
     """Leases whose host or GPUs are gone become `lost`; with requeue_on_loss they go back to
-    pending to be placed elsewhere (the high-availability path). Returns (lost, requeued)."""
+    pending to be placed elsewhere (the high-availability path). Returns (lost, requeued).
+
+    A lost lease's pod or process may still run where the host (or cluster) cannot be reached
+    from here: its GPUs stay held (they are offline with their host anyway) until the unbind
+    task, retried while the host is away, has stopped it, or an admin forgets the host's
+    workloads. Freeing them now would hand them out again under a workload that still runs. A
+    requeued lease cannot hold GPUs while pending: its old GPUs and the stop of its old workload
+    pass to a stranded copy of it (`_strand`), and it binds again under a new generation."""
     now = now or db_now()
     lost = requeued = 0
     for pk in lease_ids:
@@ -357,24 +366,50 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             host = lease.host.name if lease.host else "its host"
             lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
                       reason=f"{reason_prefix}: {host}")
-            if lease.ending_since is not None and not lease.requeue_on_loss:
-                # Its pod or process may still run where the host (or cluster) cannot be reached
-                # from here: the GPUs stay held (they are offline with their host anyway) until
-                # the unbind task, retried while the host is away, has stopped it. Freeing them
-                # now would hand them out again under a workload that is still running.
-                transaction.on_commit(partial(request_unbind, lease.pk))
-            else:
+            stranded = None
+            if stop_pending(lease):
+                stranded = _strand(lease, now) if lease.requeue_on_loss else lease
+                transaction.on_commit(partial(request_unbind, stranded.pk))
+            elif lease.ending_since is not None:
                 lease_free_gpus([lease.pk])
             lost += 1
             if pools is not None:
                 pools.add(lease.pool_id)
             if lease.requeue_on_loss:
+                generation = int(lease.binding_status.get("generation") or 0)
+                note = f"; its old workload is being stopped as lease {stranded.pk}" if stranded else ""
                 transition(lease, S.PENDING, actor="system:inventory", now=now,
-                           reason=f"requeued after loss of {host}").save()
-                lease.binding_status = {}
+                           reason=f"requeued after loss of {host}{note}").save()
+                # A later bind is a new generation: named apart from the old workload.
+                lease.binding_status = {"generation": generation + 1} if stranded else {}
                 lease.save()
                 # The GPUs it held are in the audit trail; their links would stop the same GPU
                 # being granted to it again when its host comes back (lease_gpu_unique).
                 LeaseGpu.objects.filter(lease_id=lease.pk, active=False).delete()
                 requeued += 1
     return lost, requeued
+
+
+def _strand(lease: Lease, now: datetime) -> Lease:
+    """A copy of a lost lease about to be requeued that holds what the lease cannot while pending:
+    its GPUs (the active links move to it) and the stop of its workload (the handle, or the bind
+    mark). It is `lost` with `ending_since` set, like any lease whose workload is being stopped,
+    never granted (no fair-share or meter time of its own: the lease's was closed with its end),
+    and it is listed with the team's leases, so the GPUs it holds are accounted for."""
+    gpus = LeaseGpu.objects.filter(lease_id=lease.pk, active=True)
+    host = lease.host.name if lease.host else "its host"
+    generation = int(lease.binding_status.get("generation") or 0)
+    twin = Lease(team_id=lease.team_id, user_id=lease.user_id, pool_id=lease.pool_id,
+                 priority_class_id=lease.priority_class_id, gpu_count=max(1, gpus.count()),
+                 model=lease.model, same_host=lease.same_host, ttl_seconds=lease.ttl_seconds,
+                 host_id=lease.host_id, state=S.LOST, created_at=now, ended_at=now, ending_since=now,
+                 binding_kind=lease.binding_kind, binding_spec=lease.binding_spec,
+                 binding_status={**lease.binding_status, "state": "stopping",
+                                 "binding_of": {"lease": str(lease.pk), "generation": generation}},
+                 reason=f"the workload of lease {lease.pk}, left on {host} when the lease was requeued: "
+                        "its GPUs stay held until it is stopped")
+    twin.save(force_insert=True)
+    gpus.update(lease_id=twin.pk)
+    audit(actor="system:inventory", action="lease.stranded", obj=twin, lease=twin, at=now,
+          message=twin.reason, data={"lease": str(lease.pk), "generation": generation}).save()
+    return twin

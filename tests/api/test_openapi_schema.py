@@ -17,7 +17,7 @@ ENDPOINTS = {
     ("/api/v1/pools/", "get"), ("/api/v1/pools/{name}/", "get"),
     ("/api/v1/hosts/", "get"), ("/api/v1/hosts/{id}/", "get"),
     ("/api/v1/hosts/{id}/cordon/", "post"), ("/api/v1/hosts/{id}/drain/", "post"),
-    ("/api/v1/hosts/{id}/uncordon/", "post"),
+    ("/api/v1/hosts/{id}/uncordon/", "post"), ("/api/v1/hosts/{id}/forget-workloads/", "post"),
     ("/api/v1/gpus/", "get"), ("/api/v1/gpus/{uuid}/", "get"), ("/api/v1/gpus/{uuid}/move/", "post"),
     ("/api/v1/teams/", "get"), ("/api/v1/teams/{name}/", "get"),
     ("/api/v1/quotas/", "get"), ("/api/v1/quotas/{id}/", "get"), ("/api/v1/quotas/{id}/", "patch"),

@@ -79,6 +79,11 @@ class TestHostUncordon(EndpointPermissions):
     method, path, expect = "post", "/api/v1/hosts/{host}/uncordon/", ADMIN_ONLY
 
 
+class TestHostForgetWorkloads(EndpointPermissions):
+    method, path, expect = "post", "/api/v1/hosts/{host}/forget-workloads/", ADMIN_ONLY
+    body = {"force": True, "reason": "decommissioned"}
+
+
 class TestGpuList(EndpointPermissions):
     path = "/api/v1/gpus/"
 

@@ -190,6 +190,15 @@ def test_a_cluster_that_stays_down_loses_its_leases_and_requeues_those_that_ask(
     assert pods[keep] == 0, "the lost lease's pod is still on the cluster"
     assert not Lease.objects.get(pk=keep).gpu_links.filter(active=True).exists()
     assert nodes[requeue] == Lease.objects.values_list("host__name", flat=True).get(pk=requeue)
+    # The requeued lease's first pod is stopped by its stranded copy, which holds the GPUs it
+    # ran on meanwhile; the lease's new pod is named apart (generation 1), never adopted.
+    stranded = Lease.objects.get(binding_status__binding_of__lease=requeue)
+    assert stranded.ending_since is not None and stranded.gpu_links.filter(active=True).exists()
+    assert pods[requeue] == 2
+    assert lease_unbind(stranded.pk) == "unbound"
+    assert not Lease.objects.get(pk=stranded.pk).gpu_links.filter(active=True).exists()
+    pods = _pods_per_lease(kube_api)
+    assert kube_api.pod("gpupool-jobs", f"gpupool-{requeue}-1") is not None
     figures["pods_of_requeued_lease"] = pods[requeue]
     assert pods[requeue] == 1
     figures["faults_injected"] = {"http_500_all_requests": "until recovery"}

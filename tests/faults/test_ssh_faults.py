@@ -4,8 +4,9 @@ host key, on a real OpenSSH server on loopback (tests/support/sshd.py) and the r
 Invariants: every wait is bounded by the source's timeouts (no worker hangs), the host shows the
 reason in words and comes back on the next discovery once the fault is gone, a process-bound
 lease never has two processes on its host (counted with `ps` over SSH), and a host that can no
-longer be trusted loses its leases (requeued when they ask), its workloads' GPUs freed only with
-the reason why.
+longer be trusted loses its leases (requeued when they ask), its workloads' GPUs held (`stopping`,
+the reason why) until an admin forgets the host's workloads: never freed under a process that may
+still run.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def test_a_host_that_hangs_or_drops_the_connection_mid_command_goes_offline_with
 
 
 def test_process_leases_never_run_twice_and_a_rekeyed_host_loses_its_leases(
-        lab: Any, sshd: SshServer, host_bin: FakeHost, settings: Any) -> None:
+        lab: Any, sshd: SshServer, host_bin: FakeHost, settings: Any, api: Any, make_user: Any) -> None:
     settings.GPUPOOL = {**settings.GPUPOOL, "LOST_GRACE_S": 0, "OFFLINE_AFTER_INTERVALS": 1}
     client, config = lab
     figures = Figures("ssh_process_leases")
@@ -199,13 +200,25 @@ def test_process_leases_never_run_twice_and_a_rekeyed_host_loses_its_leases(
     assert (reaped["lost"], reaped["requeued"]) == (2, 1)
     lost, requeued = Lease.objects.get(pk=ids[0]), Lease.objects.get(pk=ids[1])
     assert lost.state == "lost" and requeued.state == "pending"
-    # The lost lease's process cannot be stopped through an untrusted host: its GPUs are freed
-    # only once that is final, and the reason says so.
-    assert lost.gpu_links.filter(active=True).exists()
-    assert lease_unbind(ids[0], final_attempt=False) == "unbound"  # permanent: no retry helps
-    lost.refresh_from_db()
-    assert "host key mismatch" in lost.reason and not lost.gpu_links.filter(active=True).exists()
-    figures["lost_reason"] = lost.reason
+    # The requeued lease's old process and GPU pass to a stranded copy, which stops it.
+    stranded = Lease.objects.get(binding_status__binding_of__lease=ids[1])
+    assert stranded.state == "lost" and stranded.gpu_links.filter(active=True).count() == 1
+    # The processes cannot be stopped through an untrusted host: their GPUs stay held (a
+    # permanent error, retried slowly) and the reason says why, until an admin forgets them.
+    for lease_id in (ids[0], stranded.pk):
+        assert lease_unbind(lease_id) == "retrying"
+        held = Lease.objects.get(pk=lease_id)
+        assert held.gpu_links.filter(active=True).exists() and "host key mismatch" in held.reason
+        assert held.binding_status["state"] == "stopping" and held.binding_status["stop"]["permanent"]
+    figures["lost_reason"] = Lease.objects.get(pk=ids[0]).reason
+    forgotten = client.post(f"/api/v1/hosts/{host.pk}/forget-workloads/", {"reason": "re-keyed"}, format="json")
+    assert forgotten.status_code == 403  # a member may not
+    admin_client = api(make_user("root", admin=True))
+    forgotten = admin_client.post(f"/api/v1/hosts/{host.pk}/forget-workloads/", {"reason": "re-keyed"}, format="json")
+    assert forgotten.status_code == 200, forgotten.content
+    assert sorted(forgotten.json()["leases"]) == sorted([ids[0], str(stranded.pk)])
+    assert not Lease.objects.get(pk=ids[0]).gpu_links.filter(active=True).exists()
+    figures["forgotten_by_admin"] = forgotten.json()["gpus_freed"]
     figures["faults_injected"] = {"concurrent_binds": 2, "lost_bind_reply": 1, "host_key_changed": 1}
     figures["duplicate_processes"] = sum(max(0, n - 1) for n in counts)
     figures.write()
