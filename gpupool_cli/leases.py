@@ -35,6 +35,10 @@ def lease_block(lease: dict[str, Any]) -> str:
     if binding:
         pairs.append(("binding", f"{binding.get('kind')}: {status.get('state', '-')}"
                       + (f" (exit code {status['exit_code']})" if status.get("exit_code") is not None else "")))
+    stopping = lease.get("stopping")
+    if stopping and stopping.get("attempts"):
+        pairs.append(("stopping", f"GPUs held: {stopping['attempts']} failed attempt(s), last: "
+                      f"{stopping.get('last_error')}; next at {stopping.get('next_attempt_at') or '-'}"))
     text = keyvalues(pairs)
     if lease.get("gpus"):
         text += "\n" + "\n".join(f"  {uuid}" for uuid in lease["gpus"])

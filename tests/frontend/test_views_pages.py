@@ -122,6 +122,11 @@ def test_lease_detail_shows_the_audit_trail_and_binding(seeded: Any, client_for:
                                              binding_status={"state": "running", "handle": {"pid": 42}})
     page = text(client_for(seeded.users["alice"]).get(f"/leases/{lease.pk}/"))
     assert "Process over SSH" in page and "pid=42" in page and "running" in page
+    Lease.objects.filter(pk=lease.pk).update(binding_status={"state": "stopping", "handle": {"pid": 42}, "stop": {
+        "attempts": 3, "error": "SSH handshake failed", "next_attempt_at": "2030-01-01T00:00:20+00:00"}})
+    page = text(client_for(seeded.users["alice"]).get(f"/leases/{lease.pk}/"))
+    assert "3 failed attempts" in page and "GPUs stay held until the workload is stopped" in page
+    assert "SSH handshake failed" in page and "2030-01-01T00:00:20+00:00" in page
 
 
 def test_lease_detail_shows_the_hosts_source_and_the_selector(seeded: Any, client_for: Any) -> None:
