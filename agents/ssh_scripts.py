@@ -227,8 +227,8 @@ members() { # live processes of the lease's session (zombies are already dead)
 if proc_stat "$pid" && [ "$st_start" != "$start" ]; then
   echo "@MARK@ stopped"; exit 0  # pid reused by another process: nothing of ours is left
 fi
-clock; t0=$t; end=$((t + grace * 100))
 m=$(members); [ -n "$m" ] && kill -TERM $m 2>/dev/null
+clock; t0=$t; end=$((t + grace * 100))  # the notice runs from the TERM
 while [ -n "$m" ] && [ "$t" -lt "$end" ]; do
   sleep 0.1 2>/dev/null || sleep 1; m=$(members); clock
 done

@@ -255,7 +255,31 @@ def test_unbind_deletes_with_the_grace_period_and_twice_is_fine(
     assert kube_api.pod(NS, POD) is None
     deletes = kube_api.requests_to("DELETE", f"/api/v1/namespaces/{NS}/pods/{POD}")
     assert [d.query["gracePeriodSeconds"] for d in deletes] == ["30", "30"]
+    # The server takes a delete's options from its body when there is one: the grace is there too.
+    assert deletes[0].body == {"gracePeriodSeconds": 30, "preconditions": {"uid": bound["uid"]}}
     assert connector.observe(bound).state == BIND_GONE
+
+
+def test_unbind_leaves_a_pod_made_since_under_the_same_name_alone(
+    kube_api: KubeApiServer, bound: dict
+) -> None:
+    kube_api.remove_pod(NS, POD)  # ours is gone; a later binding (or someone) makes another
+    kube_api.add_pod({"metadata": {"name": POD, "namespace": NS, "labels": {"gpupool.io/lease": LEASE}},
+                      "spec": {"containers": [{"name": "main", "image": "x"}]}})
+    connector_for(kube_api).unbind(bound, grace_s=5)  # 409 on the uid precondition: done
+    assert kube_api.pod(NS, POD) is not None
+
+
+def test_a_pod_known_only_by_name_is_deleted_when_it_is_the_leases(kube_api: KubeApiServer) -> None:
+    connector = connector_for(kube_api)
+    handle = connector.bind_handle(request())
+    assert handle is not None and handle["name"] == POD and not handle["uid"]
+    connector.unbind(handle, grace_s=5)  # none there: nothing to do
+    assert kube_api.requests_to("DELETE") == []
+    connector.bind(request())
+    connector.unbind(handle, grace_s=5)
+    assert kube_api.pod(NS, POD) is None
+    assert connector.bind_handle(BindRequest(LEASE, NODE, "", ("g",), {"kind": "process"})) is None
 
 
 def test_handle_without_a_name_is_a_permanent_error(kube_api: KubeApiServer) -> None:
