@@ -120,7 +120,7 @@ def _held(lease_id: Any) -> list[str]:
 
 
 def test_a_lost_workload_keeps_its_gpus_until_the_stop_succeeds_when_the_host_is_back(
-        lab: Any, sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        lab: Any, sshd: SshServer, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any) -> None:
     asked: list[str] = []
     monkeypatch.setattr(binding, "request_unbind", lambda lease_id, countdown=None: asked.append(str(lease_id)))
     lease_id = _bound_lease(lab)
@@ -129,8 +129,11 @@ def test_a_lost_workload_keeps_its_gpus_until_the_stop_succeeds_when_the_host_is
     with host_hangs(sshd):
         _lose_host()
         assert Lease.objects.get(pk=lease_id).state == "lost"
+        delays = []
         for attempt in (1, 2, 3):
-            assert lease_unbind(lease_id) == "retrying"
+            with django_capture_on_commit_callbacks() as planned:
+                assert lease_unbind(lease_id) == "retrying"
+            delays += [call.keywords["countdown"] for call in planned]  # the task asks for its next run
             lease = lab.get(f"/api/v1/leases/{lease_id}/").json()
             assert lease["binding"]["status"]["state"] == "stopping"
             stopping = lease["stopping"]
@@ -138,6 +141,8 @@ def test_a_lost_workload_keeps_its_gpus_until_the_stop_succeeds_when_the_host_is
             assert "SSH handshake with 127.0.0.1" in stopping["last_error"], stopping
             assert stopping["next_attempt_at"] > stopping["last_attempt_at"]
             assert "could not be stopped yet" in lease["reason"] and "GPUs stay held" in lease["reason"]
+        # Backoff: 5 s, 10 s, 20 s, each jittered over its upper half.
+        assert [2.5 <= delays[0] <= 5, 5 <= delays[1] <= 10, 10 <= delays[2] <= 20] == [True] * 3, delays
         # Nothing else frees them meanwhile: not the reaper, the observer's sweep, a pass, a release.
         leases_reap()
         bindings_observe()
