@@ -92,11 +92,12 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
         return _bind_failed(lease.pk, exc, final=exc.permanent or final_attempt, generation=request.generation)
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
-        if lease.state == S.BOUND:
+        current = _generation(lease) == request.generation
+        if current and lease.state == S.BOUND:
             # Another worker bound it meanwhile (a retried task racing the first run): the
             # connector's bind is idempotent, so what it started is this very workload.
             return "skipped"
-        if lease.state == S.GRANTED:
+        if current and lease.state == S.GRANTED:
             lease.binding_status = _with_generation(status.to_dict(), request)
             kind = lease.binding_spec.get("kind", "workload")
             transition(lease, S.BOUND, actor=ACTOR, reason=f"{kind} started on {request.host_name}",
@@ -105,7 +106,7 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
             return "bound"
         # The lease ended while we were starting it: it kept its GPUs (the bind mark), or the
         # stranded copy of a requeued lease did; stop what we just started, its handle now known.
-        holder = lease if lease.state in END_STATES else _stranded(lease.pk, request.generation)
+        holder = _holder(lease, request.generation)
         if holder is not None:
             stop = holder.binding_status.get("stop")
             holder.binding_status = {**holder.binding_status, **status.to_dict(), "state": "stopping",
@@ -116,6 +117,19 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
     else:
         lease_unbind(holder.pk)
     return "ended-meanwhile"
+
+
+def _generation(lease: Lease) -> int:
+    return int((lease.binding_status or {}).get("generation") or 0)
+
+
+def _holder(lease: Lease, generation: int) -> Lease | None:
+    """Who holds the GPUs (and the stop) of binding `generation` of this locked lease once that
+    binding is no longer starting: the lease itself if it ended, its stranded copy if it was
+    requeued since (a later generation is its own binding, never this one's)."""
+    if _generation(lease) == generation:
+        return lease if lease.state in END_STATES else None
+    return _stranded(lease.pk, generation)
 
 
 def _stranded(lease_id: Any, generation: int) -> Lease | None:
@@ -145,17 +159,19 @@ def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int
     the host (a pod, a process started after the reply was lost) is deleted by name."""
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease_id)
-        if lease.state == S.BOUND:
+        current = _generation(lease) == generation
+        if current and lease.state == S.BOUND:
             return "skipped"  # another worker's bind of the same workload succeeded
-        holder = lease if lease.state != S.PENDING else _stranded(lease_id, generation)
+        retry = current and lease.state == S.GRANTED and not final
+        fail = current and lease.state == S.GRANTED and final
+        holder = lease if retry or fail else _holder(lease, generation)
         if holder is not None:
             bind = {**(holder.binding_status.get("bind") or {}), "in_flight": False, "error": exc.message}
             holder.binding_status = {**holder.binding_status, "bind": bind}
-        retry = lease.state == S.GRANTED and not final
         if retry:
             lease.reason = f"binding retrying after error: {exc.message}"
             lease.save(update_fields=["binding_status", "reason"])
-        elif lease.state == S.GRANTED:
+        elif fail:
             lease_end(lease, S.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}")
         elif holder is not None:  # ended meanwhile: its unbind may be waiting for this bind
             holder.save(update_fields=["binding_status"])
@@ -164,7 +180,7 @@ def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int
     if holder is not None:
         lease_unbind(holder.pk)
     request_pass(lease.pool_id)
-    return "failed" if lease.state == S.FAILED else "ended-meanwhile"
+    return "failed" if fail else "ended-meanwhile"
 
 
 def _fail(lease: Lease, reason: str) -> str:

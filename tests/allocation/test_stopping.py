@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from agents.ssh_session import HostSpec, SshSession, load_private_key
@@ -28,7 +30,7 @@ from allocation.binding import bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.ledger_check import ledger_check
 from allocation.models import AuditEvent, Lease
-from allocation.services.leases import lease_release, leases_reap
+from allocation.services.leases import lease_release, leases_mark_lost, leases_reap
 from inventory.discovery import source_connector, source_discover
 from inventory.models import Gpu, Host, Source
 from tests.support.sshd import FakeHost, SshServer, sshd_missing_reason, write_fleet
@@ -256,6 +258,54 @@ def test_a_bind_whose_worker_died_is_stopped_by_name_and_never_starts_later(lab:
     assert late is not None
     with pytest.raises(binding.AgentError, match="stopped before it started"):
         connector.bind(late)  # the dead worker's bind, arriving late, starts nothing
+
+
+@pytest.mark.django_db(transaction=True)  # a thread stands for the bind worker: it needs commits
+def test_a_lease_requeued_while_its_bind_is_in_flight_leaves_that_bind_to_its_stranded_copy(
+        lab: Any, sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from allocation.services import leases as lease_services
+
+    for module in (binding, lease_services):  # no broker messages: the test runs what they would
+        monkeypatch.setattr(module, "request_unbind", lambda lease_id, countdown=None: None)
+    lease_id = lab.post("/api/v1/leases/", {"pool": "vms", "gpus": 1, "model": "MIG", "requeue_on_loss": True,
+                                            "binding": {"kind": "process", "command": ["sleep", "300"]}},
+                        format="json").json()["id"]
+    run_pass()
+    gpu = _held(lease_id)
+    outcome: list[str] = []
+
+    def bind() -> None:
+        try:
+            outcome.append(lease_bind(lease_id, final_attempt=True))
+        finally:
+            connections.close_all()
+
+    with host_hangs(sshd):
+        worker = threading.Thread(target=bind)
+        worker.start()  # marks the lease, then waits for the frozen host's banner (1 s)
+        assert _wait(lambda: "bind" in Lease.objects.get(pk=lease_id).binding_status)
+        leases_mark_lost([lease_id], reason_prefix="host offline")  # requeued meanwhile
+        worker.join(15)
+        assert outcome == ["ended-meanwhile"]
+        requeued = Lease.objects.get(pk=lease_id)
+        assert requeued.state == "pending" and requeued.binding_status == {"generation": 1}
+        stranded = Lease.objects.get(binding_status__binding_of__lease=lease_id)
+        assert _held(stranded.pk) == gpu and stranded.binding_status["bind"]["in_flight"] is False
+        assert stranded.binding_status["stop"]["attempts"] == 1  # its stop by name failed too: held
+    assert lease_unbind(stranded.pk) == "unbound" and _held(stranded.pk) == []
+    late = binding.bind_request(Lease.objects.get(pk=stranded.pk))
+    assert late is not None and late.lease_id == lease_id and late.generation == 0
+    with pytest.raises(binding.AgentError, match="stopped before it started"):
+        source_connector(Source.objects.get(name="lab")).bind(late)
+
+
+def _wait(predicate: Any, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 @pytest.mark.parametrize("grace_s", [10, pytest.param(30, marks=pytest.mark.slow)])
