@@ -38,7 +38,7 @@ BACKOFF_MAX_S = 300.0
 #: Retries after a permanent error: slow, but never none (an admin may fix the host key).
 PERMANENT_RETRY_S = 1800.0
 #: How long one attempt may take beyond the grace period before another worker may try: the
-#: connection, the command and the KILL round (the SSH stop script's timeout is request + grace + 5).
+#: connection, the command and the KILL round (the SSH stop script's timeout is request + grace + 10).
 ATTEMPT_BUDGET_S = 120.0
 #: A bind started this long ago and never reported back is abandoned (its worker died): what it
 #: may have started is stopped by name. Longer than the bind task's hard time limit (270 s).
