@@ -211,7 +211,7 @@ def test_an_admin_forgets_the_workloads_of_a_host_gone_for_good(lab: Any, sshd: 
     url = f"/api/v1/hosts/{host.pk}/forget-workloads/"
     refused = admin.post(url, {}, format="json")
     assert refused.status_code == 409 and refused.json()["code"] == "host_not_offline"
-    assert admin.post(url, {"forget": True}, format="json").json()["code"] == "invalid"  # unknown field
+    assert admin.post(url, {"forget": True}, format="json").json()["code"] == "unknown_field"
     pid = Lease.objects.get(pk=lease_id).binding_status["handle"]["pid"]
     try:
         with host_hangs(sshd):
