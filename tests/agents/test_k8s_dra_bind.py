@@ -242,3 +242,32 @@ def test_bad_leases_and_manifests_are_refused_before_anything_is_created(
 
     assert refused.value.permanent and words in refused.value.message
     assert kube_api.requests_to("POST") == []
+
+
+def test_a_dra_binding_known_only_by_name_is_deleted_with_its_claim(kube_api: KubeApiServer) -> None:
+    """What a bind that never reported left (its pod and claim) is found by name and removed."""
+    connector = connector_for(kube_api)
+    leased = [H100_UUIDS[0]]
+    handle = connector.bind_handle(request(leased))
+    assert handle is not None and handle["claim"] == NAME and not handle["uid"]
+    connector.bind(request(leased))
+    connector.unbind(handle, grace_s=0)
+    assert kube_api.pod(NS, NAME) is None and kube_api.claim(NS, NAME) is None
+
+
+def test_a_requeued_lease_gets_a_pod_and_claim_of_its_own_generation(kube_api: KubeApiServer) -> None:
+    """The first binding's pod and claim may still exist (its node lost): the next generation
+    names its own, so it never adopts a claim naming the old devices."""
+    connector = connector_for(kube_api)
+    first = connector.bind(request([H100_UUIDS[0]]))
+    again = BindRequest(**{**request([H100_UUIDS[1]]).__dict__, "generation": 1})
+    second = connector.bind(again)
+    assert (second.handle["name"], second.handle["claim"]) == (f"{NAME}-1", f"{NAME}-1")
+    pod, claim = kube_api.pod(NS, f"{NAME}-1"), kube_api.claim(NS, f"{NAME}-1")
+    assert pod is not None and claim is not None
+    assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] == f"{NAME}-1"
+    assert claim["metadata"]["labels"] == {"gpupool.io/lease": LEASE}
+    assert allocated_uuids(kube_api, f"{NAME}-1") == [H100_UUIDS[1]]
+    connector.unbind(first.handle, grace_s=0)  # the old binding's stop leaves the new one alone
+    assert kube_api.pod(NS, NAME) is None and kube_api.claim(NS, NAME) is None
+    assert kube_api.pod(NS, f"{NAME}-1") is not None and kube_api.claim(NS, f"{NAME}-1") is not None
