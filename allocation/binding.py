@@ -63,7 +63,9 @@ def bind_request(lease: Lease) -> BindRequest | None:
         return None
     status = lease.binding_status or {}
     origin = status.get("binding_of") or {}
-    uuids = tuple(lease.gpus.filter(lease_links__active=True, lease_links__lease=lease)
+    # The GPUs on its host: a spread lease's workload starts on the host holding most of them, and
+    # a pod (or CUDA_VISIBLE_DEVICES) can only use the GPUs of its own node.
+    uuids = tuple(lease.gpus.filter(lease_links__active=True, lease_links__lease=lease, host_id=lease.host_id)
                   .order_by("index").values_list("uuid", flat=True))
     return BindRequest(lease_id=str(origin.get("lease") or lease.pk), host_name=lease.host.name,
                        host_address=lease.host.address or lease.host.name, gpu_uuids=uuids,

@@ -124,14 +124,19 @@ def test_a_selector_steers_a_lease_into_one_cluster(mixed: Any, clusters: Any) -
     assert granted[0] == "granted" and granted[1]["rack"] == "r1"
 
 
-def test_a_spread_pod_lease_stays_in_one_cluster(mixed: Any) -> None:
+def test_a_spread_pod_lease_stays_in_one_cluster(mixed: Any, clusters: Any) -> None:
+    ka, _ = clusters
     lease = _create(mixed, gpus=12, same_host=False, binding={"kind": "pod", "pod": POD}).json()
     run_pass()
     got = Lease.objects.get(pk=lease["id"])
     assert got.state == "granted"
     assert set(got.gpus.values_list("host__source__name", flat=True)) == {"ka"}
-    # The host holding most of it (8 of 12): its pod goes there.
+    # The host holding most of it (8 of 12): its pod goes there, asking for the 8 GPUs of that node.
     assert Lease.objects.values_list("host__name", flat=True).get(pk=got.pk) == "gpu-node-1"
+    assert lease_bind(lease["id"]) == "bound"
+    [pod] = ka.pods.values()
+    assert pod["spec"]["nodeName"] == "gpu-node-1"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] in ("8", 8)
     too_big = _create(mixed, gpus=13, same_host=False, binding={"kind": "pod", "pod": POD})
     assert too_big.status_code == 400 and too_big.json()["code"] == "unsatisfiable"
     assert "within one cluster" in too_big.json()["message"]
