@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from tests.support.kube_dra import DraRoutes
 from tests.support.kube_dra import api_status as _status
 from tests.support.kube_dra import not_found as _not_found
+from tests.support.loopback import LoopbackServer
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Request:
 
 
 @dataclass
-class KubeApiServer(DraRoutes):
+class KubeApiServer(DraRoutes, LoopbackServer):
     """The server's state and the hooks tests use. Thread-safe; start() before use."""
 
     honour_field_selectors: bool = True
@@ -90,23 +91,9 @@ class KubeApiServer(DraRoutes):
         class Handler(_Handler):
             api = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self._listen(Handler)
         return self
 
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # --- hooks for tests ------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from agents import dcgm
+from tests.support.loopback import LoopbackServer
 
 
 @dataclass
@@ -105,7 +106,7 @@ _EXPR = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?\s*$")
 
 
 @dataclass
-class PrometheusServer:
+class PrometheusServer(LoopbackServer):
     """State and hooks; thread-safe; start() before use."""
 
     token: str = ""
@@ -122,22 +123,9 @@ class PrometheusServer:
         class Handler(_Handler):
             prometheus = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self._listen(Handler)
         return self
 
-    def stop(self) -> None:
-        """Close the listening socket: from now on connections are refused (Prometheus down)."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "server not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # --- hooks ------------------------------------------------------------------------------------
 
