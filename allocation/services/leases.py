@@ -17,10 +17,9 @@ from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseSta
 from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending, transition
 from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Team
-from allocation.policy import matching
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
-from allocation.services.placement import check_placeable
+from allocation.services.placement import check_placeable, check_satisfiable
 from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
@@ -28,7 +27,6 @@ from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
 from inventory.choices import HostState
 from inventory.models import Pool
-from inventory.selectors import pool_capacity_profile
 
 S = LeaseState
 
@@ -99,29 +97,6 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
                      quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]))
 
 
-def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
-    """The policy's own matching rule (a MIG slice only for a request naming MIG or its profile)."""
-    kind = matching.Kind(model_name, mig_profile)
-    return matching.model_matches(kind, matching.model_alternatives(pattern))
-
-
-def _check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
-                       limit: int | None, team: Team) -> None:
-    """Refuse at once what no capacity of the pool could ever satisfy (or the team's limit)."""
-    if limit is not None and gpus > limit:
-        raise DomainError(f"team {team.name} may hold at most {limit} GPUs in pool "
-                          f"{pool.name}; asked for {gpus}", code="over_limit")
-    matching_kinds = [(most, total) for m, mig, memory, most, total in pool_capacity_profile(pool.pk)
-                      if _model_matches(m, mig, model) and (not min_memory_mb or memory >= min_memory_mb)]
-    best = max((most if same_host else total for most, total in matching_kinds), default=0)
-    if best < gpus:
-        where = "on one host" if same_host else "in total"
-        what = f" of model {model}" if model else ""
-        mem = f" with ≥ {min_memory_mb} MB" if min_memory_mb else ""
-        raise DomainError(f"pool {pool.name} has at most {best} GPUs{what}{mem} {where}; "
-                          f"{gpus} can never be granted", code="unsatisfiable")
-
-
 def _fingerprint(data: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -152,7 +127,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     fingerprint = _fingerprint(request)
     try:
         resolved = _resolve(user, pool, team, priority_class)
-        _check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
+        check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
                            same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
         check_placeable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb, same_host=same_host,
                         workload=(binding or {}).get("kind", ""), selector=selector)

@@ -1,10 +1,12 @@
-"""Lease admission by place: refuse at once a lease that no host of its pool can ever run.
+"""Lease admission by capacity and place: refuse at once a lease that no capacity of its pool
+could ever satisfy (`check_satisfiable`: its size, model and memory, and its team's limit), or
+that no host of its pool can ever run (`check_placeable`).
 
 A lease with a binding runs only on hosts whose source can start that workload (ssh: process,
 kubernetes: pod); a selector narrows the hosts further (allocation.policy.where). The scheduler
 honours both at every pass; this check answers at creation what waiting can never change, with
 a 400 `unsatisfiable` that names why. Requests without a binding or selector never come here
-(the plain capacity check of `services.leases` covers them).
+(`check_satisfiable` covers them).
 """
 
 from __future__ import annotations
@@ -13,11 +15,41 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agents.registry import placement_domain, placement_traits
+from allocation.models import Team
 from allocation.policy import matching
 from allocation.policy.where import Selector, selector_of
 from core.errors import DomainError
 from inventory.models import Pool
-from inventory.selectors import SourceCapacity, pool_capacity_by_source, pool_capacity_on_hosts, pool_hosts_where
+from inventory.selectors import (
+    SourceCapacity,
+    pool_capacity_by_source,
+    pool_capacity_on_hosts,
+    pool_capacity_profile,
+    pool_hosts_where,
+)
+
+
+def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
+    """The policy's own matching rule (a MIG slice only for a request naming MIG or its profile)."""
+    kind = matching.Kind(model_name, mig_profile)
+    return matching.model_matches(kind, matching.model_alternatives(pattern))
+
+
+def check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
+                       limit: int | None, team: Team) -> None:
+    """Refuse at once what no capacity of the pool could ever satisfy (or the team's limit)."""
+    if limit is not None and gpus > limit:
+        raise DomainError(f"team {team.name} may hold at most {limit} GPUs in pool "
+                          f"{pool.name}; asked for {gpus}", code="over_limit")
+    matching_kinds = [(most, total) for m, mig, memory, most, total in pool_capacity_profile(pool.pk)
+                      if _model_matches(m, mig, model) and (not min_memory_mb or memory >= min_memory_mb)]
+    best = max((most if same_host else total for most, total in matching_kinds), default=0)
+    if best < gpus:
+        where = "on one host" if same_host else "in total"
+        what = f" of model {model}" if model else ""
+        mem = f" with ≥ {min_memory_mb} MB" if min_memory_mb else ""
+        raise DomainError(f"pool {pool.name} has at most {best} GPUs{what}{mem} {where}; "
+                          f"{gpus} can never be granted", code="unsatisfiable")
 
 
 def check_placeable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool, workload: str,
@@ -63,8 +95,7 @@ def _capacity(pool: Pool, chosen: Selector) -> list[SourceCapacity]:
 
 
 def _fits(row: SourceCapacity, model: str, min_memory_mb: int) -> bool:
-    kind = matching.Kind(row[0], row[1])
-    return matching.model_matches(kind, matching.model_alternatives(model)) and row[2] >= min_memory_mb
+    return _model_matches(row[0], row[1], model) and row[2] >= min_memory_mb
 
 
 def _sources(rows: Iterable[SourceCapacity]) -> str:
