@@ -4,7 +4,7 @@ read-only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
@@ -33,7 +33,7 @@ from inventory.models import Host
 
 
 def _host_action(verb: str) -> Any:
-    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+    def action(modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Host]) -> None:
         for host in queryset:
             host_admin_action(host=host, verb=verb, actor=request.user.get_username())
         modeladmin.message_user(request, f"{verb}: {queryset.count()} host(s)", messages.SUCCESS)
@@ -52,10 +52,10 @@ class HostAdmin(inventory_admin.HostAdmin):
     actions = [_host_action("cordon"), _host_action("drain"), _host_action("uncordon")]
 
 
-class AuditedAdmin(PoolAdminAccess, admin.ModelAdmin):
+class AuditedAdmin(PoolAdminAccess, admin.ModelAdmin[Any]):
     """Writes an AuditEvent for every add, change and delete made in the admin."""
 
-    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm[Any], change: bool) -> None:
         super().save_model(request, obj, form, change)
         before = {k: form.initial.get(k) for k in form.changed_data} if change else {}
         after = {k: form.cleaned_data.get(k) for k in form.changed_data}
@@ -82,7 +82,7 @@ class TeamAdmin(AuditedAdmin):
     filter_horizontal = ["members"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
-        return super().get_queryset(request).annotate(n_members=Count("members"))
+        return cast("QuerySet[Team]", super().get_queryset(request).annotate(n_members=Count("members")))
 
     @admin.display(ordering="n_members", description="members")
     def member_count(self, obj: Team) -> int:
@@ -105,14 +105,14 @@ class PriorityClassAdmin(AuditedAdmin):
 
 
 @admin.action(description="Release selected leases (audited, as their owner would)")
-def release_leases(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Lease]) -> None:
+def release_leases(modeladmin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Lease]) -> None:
     for lease in queryset:
         lease_release(lease=lease, actor=request.user.get_username(), reason=f"released in the admin by "
                       f"{request.user.get_username()}")
     modeladmin.message_user(request, f"released {queryset.count()} lease(s)", messages.SUCCESS)
 
 
-class LeaseGpuInline(admin.TabularInline):
+class LeaseGpuInline(admin.TabularInline[LeaseGpu, Lease]):
     model = LeaseGpu
     fields = ["gpu", "active"]
     readonly_fields = ["gpu", "active"]
@@ -124,7 +124,7 @@ class LeaseGpuInline(admin.TabularInline):
 
 
 @admin.register(Lease)
-class LeaseAdmin(PoolAdminAccess, admin.ModelAdmin):
+class LeaseAdmin(PoolAdminAccess, admin.ModelAdmin[Lease]):
     """Leases are looked at here; their state only moves through the state machine (release)."""
 
     list_display = ["id", "state", "team", "user", "pool", "gpu_count", "borrowed", "priority_class", "host",
@@ -147,7 +147,7 @@ class LeaseAdmin(PoolAdminAccess, admin.ModelAdmin):
 
 
 @admin.register(LeaseGpu)
-class LeaseGpuAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class LeaseGpuAdmin(ReadOnlyAccess, admin.ModelAdmin[LeaseGpu]):
     list_display = ["lease", "gpu", "active"]
     list_filter = ["active", "gpu__pool"]
     search_fields = ["lease__id", "gpu__uuid"]
@@ -155,7 +155,7 @@ class LeaseGpuAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAccess, admin.ModelAdmin[AuditEvent]):
     list_display = ["at", "actor", "action", "object_type", "object_id", "lease", "message"]
     list_filter = ["action", "object_type"]
     search_fields = ["actor", "action", "object_id", "message"]
@@ -163,7 +163,7 @@ class AuditEventAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
 
 @admin.register(UsageLedger)
-class UsageLedgerAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class UsageLedgerAdmin(ReadOnlyAccess, admin.ModelAdmin[UsageLedger]):
     """Rebuilt from lease rows by `manage.py rebuild_ledger`; never edited by hand."""
 
     list_display = ["team", "closed_gpu_hours", "as_of"]
@@ -188,7 +188,7 @@ class SchedulerSettingsAdmin(AuditedAdmin):
 
 
 @admin.register(Budget)
-class BudgetAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class BudgetAdmin(ReadOnlyAccess, admin.ModelAdmin[Budget]):
     """Budgets come from the configuration (`apply`); their standing from the meter."""
 
     list_display = ["team", "pool", "period", "gpu_hours", "action", "used_gpu_hours", "used_as_of", "warned_pct"]
@@ -198,13 +198,13 @@ class BudgetAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
 
 @admin.register(Price)
-class PriceAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class PriceAdmin(ReadOnlyAccess, admin.ModelAdmin[Price]):
     list_display = ["model", "per_gpu_hour"]
     search_fields = ["model"]
 
 
 @admin.register(LeaseUsage)
-class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[LeaseUsage]):
     """The GPU-hour meter: one row per grant, written by the engine and the lease state machine."""
 
     list_display = ["lease", "team", "pool", "model", "gpu_equiv", "started_at", "ended_at"]

@@ -279,7 +279,7 @@ def _notes(pool: Pool, mode: str, held_alone: str, sel: _Selection, holds: _Hold
     return notes
 
 
-def _quota_changes(affected: Sequence[Pool], target: Pool, held: Sequence[tuple], leases: dict[str, Lease],
+def _quota_changes(affected: Sequence[Pool], target: Pool, held: Sequence[tuple[Any, ...]], leases: dict[str, Lease],
                    drained: set[str]) -> tuple[QuotaChange, ...]:
     """Occupancy per team in each affected pool, before and after, with its quota. Leases a drain
     preempts are not counted after the move (they only sit out their grace period)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
@@ -87,11 +87,12 @@ def with_names(queryset: QuerySet[Any]) -> QuerySet[Any]:
         # lookup by primary key.
         return Subquery(model.objects.filter(pk=OuterRef(fk)).order_by().values(attr))
 
-    return queryset.annotate(team_name=name(Team, "team_id"),
-                             user_name=name(get_user_model(), "user_id", "username"),
-                             pool_name=name(Pool, "pool_id"),
-                             priority_class_name=name(PriorityClass, "priority_class_id"),
-                             host_name=name(Host, "host_id"))
+    named = queryset.annotate(team_name=name(Team, "team_id"),
+                              user_name=name(get_user_model(), "user_id", "username"),
+                              pool_name=name(Pool, "pool_id"),
+                              priority_class_name=name(PriorityClass, "priority_class_id"),
+                              host_name=name(Host, "host_id"))
+    return cast("QuerySet[Any]", named)
 
 
 def with_gpus(queryset: QuerySet[Any]) -> QuerySet[Any]:
@@ -103,8 +104,8 @@ def with_gpus(queryset: QuerySet[Any]) -> QuerySet[Any]:
     from django.contrib.postgres.expressions import ArraySubquery
 
     links = LeaseGpu.objects.filter(lease_id=OuterRef("pk")).order_by("gpu__host_id", "gpu__index", "pk")
-    return queryset.annotate(gpu_uuids=ArraySubquery(links.values("gpu__uuid")),
-                             gpu_active=ArraySubquery(links.values("active")))
+    return cast("QuerySet[Any]", queryset.annotate(gpu_uuids=ArraySubquery(links.values("gpu__uuid")),
+                                                   gpu_active=ArraySubquery(links.values("active"))))
 
 
 def team_list(*, user: Any) -> QuerySet[Team]:

@@ -16,7 +16,7 @@ from core.tokens import token_revoke
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at",
                     "state"]
     list_filter = ["scope", "revoked_at"]

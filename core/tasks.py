@@ -46,7 +46,7 @@ def backoff_s(retries: int, *, base: float = BACKOFF_BASE_S, cap: float = BACKOF
     """Seconds before attempt `retries + 1`: doubling from `base`, capped, with full jitter on the
     upper half so that many tasks failing together do not come back together."""
     delay = min(cap, base * (2 ** retries))
-    return delay / 2 + random.uniform(0, delay / 2)
+    return float(delay / 2 + random.uniform(0, delay / 2))
 
 
 def final_attempt() -> bool:
@@ -96,7 +96,8 @@ def gpupool_task(*, name: str, soft_time_limit: int = 120, time_limit: int = 150
         run.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                         *signature.parameters.values()])
-        return shared_task(name=name, bind=True, ignore_result=True, soft_time_limit=soft_time_limit,
-                           time_limit=time_limit, acks_late=True, max_retries=max_retries, **options)(run)
+        decorator = shared_task(name=name, bind=True, ignore_result=True, soft_time_limit=soft_time_limit,
+                                time_limit=time_limit, acks_late=True, max_retries=max_retries, **options)
+        return decorator(run)  # type: ignore[no-untyped-call]  # celery-types leave shared_task's decorator untyped
 
     return decorate

@@ -121,10 +121,10 @@ def token_lookup(key: str) -> ApiToken:
     now = timezone.now()
     hit = _cache.get(digest)
     if hit is not None and hit[0] > time.monotonic():
-        token = _rebuild(ApiToken, hit[2])
-        token.user = _rebuild(get_user_model(), hit[1])
-        _refuse_expired(token, now)
-        return token
+        cached: ApiToken = _rebuild(ApiToken, hit[2])
+        cached.user = _rebuild(get_user_model(), hit[1])
+        _refuse_expired(cached, now)
+        return cached
     token = ApiToken.objects.select_related("user").filter(digest=digest).first()
     if token is None or not token.user.is_active:
         raise TokenRefused("Invalid token.")

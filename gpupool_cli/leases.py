@@ -48,7 +48,7 @@ def lease_block(lease: dict[str, Any]) -> str:
 def _default_pool(ctx: Ctx) -> str:
     pools = [p["name"] for p in ctx.client.all("pools/")]
     if len(pools) == 1:
-        return pools[0]
+        return str(pools[0])
     if not pools:
         raise CliError("the server has no pools", code="no_pools")
     raise UsageError(f"several pools ({', '.join(pools)}): say which with --pool", code="pool_required")
@@ -129,7 +129,7 @@ def _exit_code(lease: dict[str, Any]) -> int:
     """The workload's exit code when known; else 0 for a clean release, 1 for any other end."""
     status = (lease.get("binding") or {}).get("status") or {}
     if isinstance(status.get("exit_code"), int):
-        return min(max(status["exit_code"], 0), 255)
+        return min(max(int(status["exit_code"]), 0), 255)
     return 0 if lease["state"] == "released" else EXIT_API
 
 
@@ -189,7 +189,7 @@ def resolve_lease(ctx: Ctx, text: str) -> str:
         raise ApiError(f"no lease of yours starts with {text!r}", code="not_found", status=404)
     if len(matches) > 1:
         raise UsageError(f"{text!r} matches {len(matches)} leases; give more of the id", code="ambiguous")
-    return matches[0]
+    return str(matches[0])
 
 
 def cmd_ls(ctx: Ctx, args: argparse.Namespace) -> int:

@@ -8,14 +8,14 @@ from inventory.admin import ReadOnlyAccess
 
 
 @admin.register(PoolPoint)
-class PoolPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class PoolPointAdmin(ReadOnlyAccess, admin.ModelAdmin[PoolPoint]):
     list_display = ["pool", "step", "at", "capacity", "allocated", "free", "queue_length", "util_pct"]
     list_filter = ["step", "pool"]
     list_select_related = ["pool"]
 
 
 @admin.register(TeamPoolPoint)
-class TeamPoolPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class TeamPoolPointAdmin(ReadOnlyAccess, admin.ModelAdmin[TeamPoolPoint]):
     list_display = ["team", "pool", "step", "at", "held", "borrowed", "guaranteed", "limit", "wait_s"]
     list_filter = ["step", "pool"]
     search_fields = ["team__name"]
@@ -23,7 +23,7 @@ class TeamPoolPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
 
 @admin.register(ModelPoint)
-class ModelPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class ModelPointAdmin(ReadOnlyAccess, admin.ModelAdmin[ModelPoint]):
     list_display = ["pool", "model", "step", "at", "gpus", "util_pct"]
     list_filter = ["step", "pool"]
     search_fields = ["model"]
@@ -31,7 +31,7 @@ class ModelPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
 
 
 @admin.register(GpuPoint)
-class GpuPointAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class GpuPointAdmin(ReadOnlyAccess, admin.ModelAdmin[GpuPoint]):
     list_display = ["gpu", "at", "util_pct", "memory_used_mb", "temperature_c", "power_w"]
     search_fields = ["gpu__uuid"]
     list_select_related = ["gpu"]

@@ -53,7 +53,7 @@ class ReadOnlyAccess(PoolAdminAccess):
 
 
 @admin.register(Pool)
-class PoolAdmin(PoolAdminAccess, admin.ModelAdmin):
+class PoolAdmin(PoolAdminAccess, admin.ModelAdmin[Pool]):
     list_display = ["name", "description", "capacity", "allocated", "free", "created_at"]
     search_fields = ["name", "description"]
     readonly_fields = ["created_at"]
@@ -75,7 +75,7 @@ class PoolAdmin(PoolAdminAccess, admin.ModelAdmin):
 
 
 @admin.register(Source)
-class SourceAdmin(PoolAdminAccess, admin.ModelAdmin):
+class SourceAdmin(PoolAdminAccess, admin.ModelAdmin[Source]):
     list_display = ["name", "kind", "pool", "interval_s", "last_discovery_at", "key_stored", "has_error"]
     list_filter = ["kind", "pool"]
     search_fields = ["name", "last_error"]
@@ -93,7 +93,7 @@ class SourceAdmin(PoolAdminAccess, admin.ModelAdmin):
 
 
 @admin.register(Host)
-class HostAdmin(PoolAdminAccess, admin.ModelAdmin):
+class HostAdmin(PoolAdminAccess, admin.ModelAdmin[Host]):
     list_display = ["name", "source", "state", "reported_state", "admin_state", "driver_version", "cuda_version",
                     "foreign_gpus", "last_seen", "has_error"]
     list_filter = ["state", "admin_state", "source__kind", "source"]
@@ -114,7 +114,7 @@ class HostAdmin(PoolAdminAccess, admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(PoolAdminAccess, admin.ModelAdmin):
+class GpuAdmin(PoolAdminAccess, admin.ModelAdmin[Gpu]):
     list_display = ["uuid", "host", "index", "model", "memory_mb", "mig_profile", "pool", "state", "health",
                     "utilization_pct", "temperature_c"]
     list_filter = ["state", "pool", "health", "foreign", "gone", "model"]
@@ -130,7 +130,7 @@ class GpuAdmin(PoolAdminAccess, admin.ModelAdmin):
 
 
 @admin.register(GpuSample)
-class GpuSampleAdmin(ReadOnlyAccess, admin.ModelAdmin):
+class GpuSampleAdmin(ReadOnlyAccess, admin.ModelAdmin[GpuSample]):
     list_display = ["gpu", "at", "utilization_pct", "memory_used_mb", "temperature_c", "power_w"]
     list_filter = ["gpu__pool"]
     search_fields = ["gpu__uuid", "gpu__host__name"]

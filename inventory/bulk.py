@@ -212,4 +212,4 @@ def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> i
                        f"UPDATE {table} SET {assignments} WHERE {pk} IN (SELECT {pk} FROM locked)",
                        [_array_literal(keys),
                         *(f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True))])
-        return cursor.rowcount
+        return int(cursor.rowcount)

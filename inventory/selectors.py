@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Count, Q, QuerySet
 
@@ -85,7 +85,7 @@ def pool_capacity_profile(pool_id: int) -> list[tuple[str, str, int, int, int]]:
     key = PROFILE_KEY.format(pool_id=pool_id)
     cached = cache.get(key)
     if cached is not None:
-        return cached
+        return cast("list[tuple[str, str, int, int, int]]", cached)
     rows = (capacity_units([pool_id]).values_list("model", "mig_profile", "memory_mb", "host_id")
             .annotate(n=Count("pk")).order_by())
     kinds: dict[tuple[str, str, int], list[int]] = {}
@@ -114,7 +114,7 @@ def pool_capacity_by_source(pool_id: int) -> list[SourceCapacity]:
     if cached is None:
         cached = _per_source(capacity_units([pool_id]))
         cache.set(key, cached, timeout=300)
-    return cached
+    return cast("list[SourceCapacity]", cached)
 
 
 def pool_capacity_on_hosts(pool_id: int, host_ids: Iterable[int]) -> list[SourceCapacity]:

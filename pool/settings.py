@@ -13,9 +13,14 @@ from typing import TypedDict
 from urllib.parse import urlparse
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from core.env import env_bool, env_int, env_list, env_str
+
+# Django's generic classes subscriptable at run time (ModelAdmin[Lease], QuerySet[Host]) as the
+# type checker has them (mypy --strict); django-stubs' documented place is the settings module.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPOOL_VAR_DIR", str(BASE_DIR / "var")))

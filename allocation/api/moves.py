@@ -27,7 +27,7 @@ from inventory.models import Gpu, Host, Pool
 BIGINT = 2**63 - 1
 
 
-class MoveQuerySerializer(serializers.Serializer):
+class MoveQuerySerializer(serializers.Serializer[Any]):
     """The query of every move endpoint."""
 
     dry_run = serializers.BooleanField(
@@ -55,19 +55,19 @@ def _mode_field() -> serializers.ChoiceField:
                   "(drain their hosts: they are preempted with notice).")
 
 
-class GpuMoveSerializer(serializers.Serializer):
+class GpuMoveSerializer(serializers.Serializer[Any]):
     pool = serializers.SlugRelatedField(slug_field="name", queryset=Pool.objects.all(),
                                         help_text="Name of the pool to move the GPU (and its MIG slices) to.")
     fingerprint = _fingerprint_field()
 
 
-class HostMoveSerializer(serializers.Serializer):
+class HostMoveSerializer(serializers.Serializer[Any]):
     pool = _pool_field()
     mode = _mode_field()
     fingerprint = _fingerprint_field()
 
 
-class PoolMoveSerializer(serializers.Serializer):
+class PoolMoveSerializer(serializers.Serializer[Any]):
     gpus = serializers.ListField(child=serializers.CharField(max_length=255), required=False, default=list,
                                  help_text="UUIDs of GPUs to move (a MIG GPU moves with its slices: name the GPU). "
                                            "A GPU held by a lease needs its whole host in `hosts`, unless "
@@ -99,7 +99,7 @@ class PoolMoveSerializer(serializers.Serializer):
 # --- the answer ---------------------------------------------------------------------------------
 
 
-class LeaseImpactSerializer(serializers.Serializer):
+class LeaseImpactSerializer(serializers.Serializer[Any]):
     lease = serializers.CharField(source="lease_id", help_text="Lease id.")
     team = serializers.CharField(help_text="Team of the lease.")
     pool = serializers.CharField(help_text="Pool of the lease (its quota is charged there).")
@@ -115,7 +115,7 @@ class LeaseImpactSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="Why, in words.")
 
 
-class PoolChangeSerializer(serializers.Serializer):
+class PoolChangeSerializer(serializers.Serializer[Any]):
     pool = serializers.CharField(help_text="Pool name.")
     capacity_before = serializers.IntegerField(help_text="Capacity now, GPUs (MIG slices count one each).")
     capacity_after = serializers.IntegerField(help_text="Capacity after the move.")
@@ -124,7 +124,7 @@ class PoolChangeSerializer(serializers.Serializer):
                                                    "move; 0: they fit.")
 
 
-class QuotaChangeSerializer(serializers.Serializer):
+class QuotaChangeSerializer(serializers.Serializer[Any]):
     team = serializers.CharField(help_text="Team name.")
     pool = serializers.CharField(help_text="Pool name.")
     guaranteed = serializers.IntegerField(help_text="The team's guarantee in the pool.")
@@ -134,7 +134,7 @@ class QuotaChangeSerializer(serializers.Serializer):
     over_limit_by = serializers.IntegerField(help_text="GPUs over its limit after the move; 0: within it.")
 
 
-class HostRefSerializer(serializers.Serializer):
+class HostRefSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField(help_text="Host id.")
     name = serializers.CharField(help_text="Host name.")
 
@@ -148,7 +148,7 @@ class MoveAnswer:
     moved: int = 0
 
 
-class CapacityMoveSerializer(serializers.Serializer):
+class CapacityMoveSerializer(serializers.Serializer[Any]):
     dry_run = serializers.BooleanField(help_text="true: a preview; nothing was changed.")
     pool = serializers.CharField(source="preview.target", help_text="The target pool.")
     mode = serializers.ChoiceField(choices=list(MODES), source="preview.mode",

@@ -31,7 +31,7 @@ class ReservationCreateSerializer(StrictSerializer):
     end = serializers.DateTimeField(help_text="End of the window (ISO 8601), after start.")
 
 
-class ReservationSerializer(serializers.ModelSerializer):
+class ReservationSerializer(serializers.ModelSerializer[Any]):
     pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool.")
     team = serializers.CharField(source="team.name", read_only=True, help_text="Team the GPUs are kept for.")
     state = serializers.SerializerMethodField(help_text="active, cancelled or ended (its end has passed).")

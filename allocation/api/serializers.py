@@ -4,7 +4,7 @@ carries help_text, which is the API documentation (tests/api/test_openapi_schema
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
@@ -21,7 +21,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENDED = ("released", "expired", "preempted", "failed", "lost")
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer[Any]):
     """Refuses unknown fields: a typo ("gpu": 2) must not silently become a default. Every API view
     refuses them first, naming them with code `unknown_field` (core.api.strict); this stays for the
     serializer used on its own."""
@@ -73,14 +73,14 @@ class BindingSerializer(StrictSerializer):
 
 @extend_schema_field({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
                       "description": "A source name, or a list of source names (any of them)."})
-class SourceNamesField(serializers.Field):
+class SourceNamesField(serializers.Field[Any, Any, Any, Any]):
     def to_internal_value(self, data: Any) -> str | list[str]:
         """As given (a name stays a name, so the lease shows what was asked)."""
         names = [data] if isinstance(data, str) else data
         if not isinstance(names, list) or not names or not all(
                 isinstance(n, str) and 0 < len(n) <= 64 for n in names):
             raise serializers.ValidationError("a source name or a non-empty list of source names")
-        return data
+        return cast("str | list[str]", data)
 
     def to_representation(self, value: Any) -> Any:
         return value
@@ -142,7 +142,7 @@ class RenewSerializer(StrictSerializer):
                                            help_text="New TTL in seconds; the lease's own TTL when left out.")
 
 
-class RenewQuerySerializer(serializers.Serializer):
+class RenewQuerySerializer(serializers.Serializer[Any]):
     """The query of `renew/`: `?keep=true` (admins only) exempts the lease from idle reclaim."""
 
     keep = serializers.BooleanField(required=False, default=False,
@@ -165,7 +165,7 @@ class ForgetWorkloadsSerializer(StrictSerializer):
                                                "succeed there); without it such a host is 409 host_not_offline.")
 
 
-class ForgottenWorkloadsSerializer(serializers.Serializer):
+class ForgottenWorkloadsSerializer(serializers.Serializer[Any]):
     """The answer of `hosts/{id}/forget-workloads/`."""
 
     host = HostSerializer(read_only=True, help_text="The host, as GET hosts/{id}/ shows it.")
@@ -196,7 +196,7 @@ STOPPING_SCHEMA: dict[str, Any] = {
 }
 
 
-class LeaseSerializer(serializers.ModelSerializer):
+class LeaseSerializer(serializers.ModelSerializer[Any]):
     state = serializers.ChoiceField(choices=LeaseState.choices, read_only=True,
                                     help_text="pending → granted → bound → released | expired | preempted "
                                               "| failed | lost.")
@@ -271,7 +271,7 @@ class LeaseSerializer(serializers.ModelSerializer):
                              serializers.DateTimeField().to_representation)
 
 
-class BudgetStatusSerializer(serializers.Serializer):
+class BudgetStatusSerializer(serializers.Serializer[Any]):
     """A budget and its use in the current period (read by the team API and the dashboard)."""
 
     pool = serializers.CharField(source="budget.pool", allow_null=True, help_text="Pool; null: all pools.")
@@ -295,7 +295,7 @@ class BudgetStatusSerializer(serializers.Serializer):
         return f"{max(reached)}% of budget: {obj.describe()}" if reached else ""
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(serializers.ModelSerializer[Any]):
     members: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
         slug_field="username", many=True, read_only=True, help_text="User names of the members.")
     gpus_held = serializers.IntegerField(read_only=True, help_text="GPUs the team holds now, all pools.")
@@ -313,7 +313,7 @@ class TeamSerializer(serializers.ModelSerializer):
                         "weight": {"help_text": "Fair-share weight (2 = twice the share of 1)."}}
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(serializers.ModelSerializer[Any]):
     team = serializers.CharField(source="team.name", read_only=True, help_text="Team name.")
     pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool name.")
     used = serializers.IntegerField(read_only=True, help_text="GPUs the team holds in the pool.")
@@ -343,7 +343,7 @@ class QuotaUpdateSerializer(StrictSerializer):
                   "all of the guarantee be lent.")
 
 
-class PriorityClassSerializer(serializers.ModelSerializer):
+class PriorityClassSerializer(serializers.ModelSerializer[Any]):
     class Meta:
         model = PriorityClass
         fields = ["name", "value", "preemptible", "min_runtime_s", "grace_s"]
@@ -356,7 +356,7 @@ class PriorityClassSerializer(serializers.ModelSerializer):
         }
 
 
-class AuditEventSerializer(serializers.ModelSerializer):
+class AuditEventSerializer(serializers.ModelSerializer[Any]):
     lease = serializers.UUIDField(source="lease_id", read_only=True, allow_null=True,
                                   help_text="Lease concerned, or null.")
 

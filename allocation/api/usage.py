@@ -16,7 +16,7 @@ from allocation.usage import GROUP_BY
 from core.api.viewsets import ApiViewSet
 
 
-class UsageQuerySerializer(serializers.Serializer):
+class UsageQuerySerializer(serializers.Serializer[Any]):
     team = serializers.CharField(required=False, max_length=64, help_text="One team (default: all you may see).")
     pool = serializers.CharField(required=False, max_length=64, help_text="One pool (default: all).")
     since = serializers.DateTimeField(required=False, help_text="Window start, ISO 8601 (default: "

@@ -64,7 +64,7 @@ class Checker:
     def error(self, path: tuple[Any, ...], message: str) -> None:
         self.errors.append(f"{self.pos.at(path)}: {message}")
 
-    def entries(self, data: Mapping[str, Any], key: str) -> list[tuple[tuple[Any, ...], dict]]:
+    def entries(self, data: Mapping[str, Any], key: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         items = data.get(key)
         if items is None:
             return []

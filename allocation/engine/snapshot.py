@@ -196,7 +196,7 @@ def _aware(value: Any) -> datetime:
 def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
-        return cur.fetchall()
+        return list(cur.fetchall())
 
 
 def _lease_id(value: str, postgres: bool) -> str:

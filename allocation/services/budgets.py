@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -99,8 +99,8 @@ def _warn(budget: Budget, now: datetime) -> bool:
 
 
 def _admission_query(team_id: int, pool_id: int) -> QuerySet[Any]:
-    return (Budget.objects.filter(team_id=team_id).filter(Q(pool__isnull=True) | Q(pool_id=pool_id))
-            .order_by().values(*_VIEW_FIELDS))
+    budgets = Budget.objects.filter(team_id=team_id).filter(Q(pool__isnull=True) | Q(pool_id=pool_id))
+    return cast("QuerySet[Any]", budgets.order_by().values(*_VIEW_FIELDS))
 
 
 def budget_admission(*, team_id: int, pool_id: int, pool_name: str, now: datetime | None = None) -> Admission:

@@ -98,7 +98,7 @@ async def handle(handler: Callable[..., Awaitable[None]], scope: dict[str, Any],
 
 
 async def _user(scope: dict[str, Any]) -> access.Viewer:
-    viewer = await in_db(access.viewer_from_headers, _headers(scope))
+    viewer: access.Viewer | None = await in_db(access.viewer_from_headers, _headers(scope))
     if viewer is None:
         raise HttpError(401, "not_authenticated", "Authentication credentials were not provided or are invalid.",
                         ((b"www-authenticate", b"Token"),))

@@ -12,7 +12,7 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     code = serializers.CharField(help_text="Stable machine code: invalid, not_found, unsatisfiable, throttled…")
     message = serializers.CharField(help_text="What went wrong, for a human.")
     details = serializers.JSONField(required=False, help_text="Per-field messages of a 400, when there are any.")
@@ -41,7 +41,7 @@ class GpupoolAutoSchema(AutoSchema):
             errors.update(_WRITES)
         for code, text in errors.items():
             if code not in responses:
-                responses[code] = self._get_response_for_code(
+                responses[code] = self._get_response_for_code(  # type: ignore[no-untyped-call]  # drf-spectacular's own
                     OpenApiResponse(response=ErrorSerializer, description=text), code, direction=direction)
         return responses
 

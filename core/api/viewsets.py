@@ -35,7 +35,7 @@ def check_body_size(request: Request) -> None:
         raise PayloadTooLarge(f"the request body is {length} bytes; at most {limit} are accepted")
 
 
-class ApiViewSet(viewsets.GenericViewSet):
+class ApiViewSet(viewsets.GenericViewSet[Any]):
     """Authenticated by default; reads answer 404 for rows outside the caller's scope because
     `get_queryset()` of each subclass is already scoped to the caller."""
 

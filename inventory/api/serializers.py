@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import tzinfo
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -15,7 +15,7 @@ from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 
 
-class PoolSerializer(serializers.ModelSerializer):
+class PoolSerializer(serializers.ModelSerializer[Any]):
     capacity = serializers.IntegerField(read_only=True, help_text="Usable GPUs (not gone, not MIG parents).")
     allocated = serializers.IntegerField(read_only=True, help_text="GPUs held by leases.")
     free = serializers.IntegerField(read_only=True, help_text="GPUs free to be granted now.")
@@ -42,7 +42,7 @@ class PoolSerializer(serializers.ModelSerializer):
         return getattr(pool, "per_model", {})
 
 
-class HostSerializer(serializers.ModelSerializer):
+class HostSerializer(serializers.ModelSerializer[Any]):
     # A declared field (SerializerMetaclass takes it off the class), not the stubs' `Field.source`.
     source = serializers.CharField(source="source.name", read_only=True,  # type: ignore[assignment]
                                    help_text="Source (SSH host list, cluster, simulated fleet) it came from.")
@@ -78,7 +78,7 @@ class HostSerializer(serializers.ModelSerializer):
         }
 
 
-class GpuSerializer(serializers.ModelSerializer):
+class GpuSerializer(serializers.ModelSerializer[Any]):
     host = serializers.CharField(source="host.name", read_only=True, help_text="Host name.")
     pool = serializers.CharField(source="pool.name", read_only=True, help_text="Pool it belongs to.")
     parent_uuid = serializers.CharField(source="parent.uuid", read_only=True, default="", allow_null=True,
@@ -119,13 +119,13 @@ class GpuSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_lease(self, gpu: Gpu) -> str | None:
-        return self.context.get("gpu_leases", {}).get(gpu.pk)
+        return cast("str | None", self.context.get("gpu_leases", {}).get(gpu.pk))
 
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
         "unit": {"type": "string"}, "replicas": {"type": "integer"}, "leased": {"type": "integer"},
         "teams": {"type": "array", "items": {"type": "string"}}}})
     def get_time_slicing(self, gpu: Gpu) -> dict[str, Any] | None:
-        return self.context.get("gpu_sharing", {}).get(gpu.pk)
+        return cast("dict[str, Any] | None", self.context.get("gpu_sharing", {}).get(gpu.pk))
 
     def to_representation(self, gpu: Gpu) -> dict[str, Any]:
         """Hand-written for speed: DRF's per-field machinery costs ~0.15 ms a row, and a page of
