@@ -12,6 +12,7 @@ views: an endpoint without rows fails `test_every_operation_has_permission_rows`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -19,7 +20,14 @@ import pytest
 from django.urls import resolve
 from django.utils import timezone
 
-from tests.support.api_routes import NOT_IN_SCHEMA, api_operations, api_routes, schema_operations, template_of
+from tests.support.api_routes import (
+    NOT_IN_SCHEMA,
+    api_operations,
+    api_routes,
+    asgi_routes,
+    schema_operations,
+    template_of,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -269,6 +277,55 @@ class TestLeaseEventStreamThroughDjango(EndpointPermissions):
     expect = {"anonymous": 401, "member": 404, "other": 404, "admin": 404}
 
 
+# --- the ASGI front: what pool.asgi answers itself, over the production web server -----------------
+@pytest.fixture(scope="module")
+def asgi_server(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
+    from tests.support.processes import web_server
+
+    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log") as url:
+        yield url
+
+
+class AsgiEndpointPermissions(EndpointPermissions):
+    """A row answered by the ASGI front before Django (the long poll, the event stream): called over
+    HTTP on gunicorn + uvicorn, so the world's rows are committed (transactional_db)."""
+
+    pytestmark = pytest.mark.slow
+    server: str = ""
+
+    @pytest.fixture(autouse=True)
+    def _on_the_web_server(self, asgi_server: str, transactional_db: Any) -> None:
+        self.server = asgi_server
+
+    def _call(self, role: str, world: Any, api: Any) -> Any:
+        import requests
+
+        from tests.support.tokens import api_key
+
+        user = None if role == "anonymous" else getattr(world, role)
+        headers = {"Authorization": f"Token {api_key(user)}"} if user is not None else {}
+        url = self.path.format(lease=world.lease_id, **self.keys(world))
+        response = requests.get(self.server + url, headers=headers, timeout=30)
+        assert response.status_code == self.expect[role], (role, url, response.text[:300])
+        if response.status_code >= 400:
+            body = response.json()
+            assert body["code"] and body["message"], body
+        return response
+
+
+class TestLeaseLongPollOnAsgi(AsgiEndpointPermissions):
+    path, expect = "/api/v1/leases/{lease}/?wait=0.2", OWN_TEAM
+
+
+class TestLeaseEventStreamOnAsgi(AsgiEndpointPermissions):
+    path = "/api/v1/leases/events/?timeout=0.2"  # every caller: each sees its own teams' leases
+
+
+class TestLeaseEventStreamOfOneTeamOnAsgi(AsgiEndpointPermissions):
+    path = "/api/v1/leases/events/?team=vision&timeout=0.2"
+    expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
+
+
 # --- the list of rows is the server's list of operations ----------------------------------------
 def _rows() -> list[type[EndpointPermissions]]:
     found, todo = [], list(EndpointPermissions.__subclasses__())
@@ -303,6 +360,14 @@ def test_every_api_route_has_permission_rows() -> None:
                                                    reservation="0")).route for row in _rows()}
     missing = sorted(r.template for r in api_routes() if r.route not in routed)
     assert not missing, f"no permission rows for the routes {missing}"
+
+
+def test_every_path_of_the_asgi_front_has_permission_rows() -> None:
+    on_asgi = [row.path.split("?")[0].format(lease="0") for row in _rows()
+               if issubclass(row, AsgiEndpointPermissions)]
+    missing = sorted(name for name, pattern in asgi_routes().items()
+                     if not any(pattern.match(path) for path in on_asgi))
+    assert not missing, f"no permission rows (AsgiEndpointPermissions) for pool.asgi's {missing}"
 
 
 def test_every_row_names_an_operation_that_is_served(schema: dict[str, Any]) -> None:
