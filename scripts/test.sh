@@ -55,6 +55,8 @@ echo "== tiers: database=${DATABASE_URL:+postgresql}${DATABASE_URL:-sqlite} redi
 status=0
 echo "== ruff (lint, complexity ≤ 10)"; .venv/bin/ruff check . || status=1
 echo "== mypy"; .venv/bin/mypy . || status=1
+# The layers and never-rules of the imports: pyproject.toml [tool.importlinter].
+echo "== import-linter (layers, pure policy, no cycles)"; .venv/bin/lint-imports --no-cache --no-logo || status=1
 echo "== migrations"; $PY manage.py makemigrations --check --dry-run >/dev/null \
   && echo "migrations are up to date" || { echo "missing migrations"; status=1; }
 echo "== pytest"

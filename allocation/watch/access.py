@@ -14,6 +14,15 @@ from typing import Any
 from allocation.events import LeaseChange
 
 
+class HttpError(Exception):
+    """An answer other than 200 from a watch endpoint: the handlers send it as the API's JSON error
+    body. Defined here, below the handlers, because these reads raise it too (no import cycle)."""
+
+    def __init__(self, status: int, code: str, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
 @dataclass(frozen=True)
 class Viewer:
     user: Any
@@ -53,8 +62,6 @@ def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
         except TokenRefused as refused:
             if refused.code == TokenRefused.code:
                 return None
-            from allocation.watch.handlers import HttpError
-
             raise HttpError(401, refused.code, refused.message, ((b"www-authenticate", b"Token"),)) from None
     else:
         cookies = _cookies(headers.get("cookie", ""))
@@ -111,7 +118,6 @@ def change_filter(viewer: Viewer, team: str, pool: str) -> Callable[[LeaseChange
     """What a stream with `?team=&pool=` may carry for this viewer. Raises the handlers' HttpError
     for an unknown name or a team the viewer is not in."""
     from allocation.models import Team
-    from allocation.watch.handlers import HttpError
     from inventory.models import Pool
 
     team_id = pool_id = None

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs
 
 from allocation.events import LeaseChange
 from allocation.watch import access
+from allocation.watch.access import HttpError
 from allocation.watch.feed import BadEventId, Expired, feed, in_db, parse_event_id
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -34,12 +35,6 @@ MAX_WAIT_S = 60.0
 RECHECK_S = 5.0  # a long poll re-reads the lease this often even without a notification
 HEARTBEAT_S = 15.0
 DEFAULT_STREAM_S = 1800.0  # like a Kubernetes watch timeout: the client reconnects and resumes
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: tuple[tuple[bytes, bytes], ...] = ()):
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 def query(scope: dict[str, Any]) -> dict[str, str]:

@@ -42,6 +42,16 @@ def world(demo_fleet: Any, make_user: Any, api: Any) -> World:
 
 
 @pytest.fixture
+def schema(client: Any) -> dict[str, Any]:
+    """The OpenAPI document as the server serves it."""
+    import json
+
+    response = client.get("/api/v1/schema/?format=json")
+    assert response.status_code == 200
+    return json.loads(response.content)
+
+
+@pytest.fixture
 def seeded(demo_fleet: Any, make_user: Any, settings: Any) -> Any:
     """The dashboard's lived-in fleet (tests/frontend/seed.py): leases granted on three training
     hosts, one free host, leases waiting in both pools; users alice, carol, dave and root (admin)."""
