@@ -1,8 +1,9 @@
 """gpupool settings: one module, every value read from the environment (12-factor).
 
-With no DATABASE_URL / REDIS_URL the service runs embedded: SQLite and a filesystem Celery broker
-under var/, so `make run` works on a bare machine. Set both to move to PostgreSQL + Redis; no other
-change is needed.
+With no DATABASE_URL / REDIS_URL the service runs on embedded engines: a PostgreSQL server and a
+Redis server under var/ (core/embedded.py), started by the first process that needs them, so
+`make run` works on a bare machine and runs the code production runs. Set both to use your own
+servers; no other change is needed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
+from core import embedded
 from core.env import env_bool, env_int, env_list, env_str
 
 # Django's generic classes subscriptable at run time (ModelAdmin[Lease], QuerySet[Host]) as the
@@ -28,15 +30,14 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 DEBUG = env_bool("DEBUG", False)
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpupool.sqlite3'}")
+DATABASE_URL = env_str("DATABASE_URL") or embedded.postgres_url(VAR_DIR)
 
 
 def _database_is_local(url: str) -> bool:
-    """SQLite, or a server on this machine (loopback or a Unix socket): one machine, so every
-    process reads the same var/ and may share a key generated there."""
-    parsed = urlparse(url)
-    host = parsed.hostname or ""
-    return parsed.scheme.startswith("sqlite") or host in {"", "localhost", "127.0.0.1", "::1"} or host.startswith("%2f")
+    """A server on this machine (loopback or a Unix socket): one machine, so every process reads
+    the same var/ and may share a key generated there."""
+    host = (urlparse(url).hostname or "").lower()
+    return host in {"", "localhost", "127.0.0.1", "::1"} or host.startswith("%2f")
 
 
 def _secret_key() -> str:
@@ -140,46 +141,16 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web, worker and beat share one SQLite file: WAL lets readers run beside the writer, and
-    # IMMEDIATE transactions take the write lock up front instead of failing mid-transaction.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 30,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-    # A file, not memory, so a real Celery worker process can share the test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache ---------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
-if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
-    # Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
-    CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
-                          "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool",
-                          "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
-else:
-    # kombu's filesystem transport: a real broker between real processes, needing no server.
-    _broker_dir = VAR_DIR / "broker"
-    for _sub in ("queue", "processed", "control"):
-        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_broker_dir / "queue"),
-        "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        # Remote-control (pidbox) messages; kombu's default is ./control in the working directory.
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        # The filesystem transport polls its folder; kombu's 1 s default would delay every pass.
-        "polling_interval": 0.05,
-    }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
-                          "LOCATION": str(VAR_DIR / "cache")}}
+REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(VAR_DIR)
+CELERY_BROKER_URL = embedded.broker_url(REDIS_URL)
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+# Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
+CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
+                      "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool",
+                      "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
 
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True

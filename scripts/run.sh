@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Embedded run: migrate, load the demo fleet, start web + Celery worker + beat; Ctrl-C stops all.
-# With DATABASE_URL / REDIS_URL set, the same script runs against PostgreSQL and Redis.
+# Run: migrate, load the demo fleet, start web + Celery workers + beat; Ctrl-C stops all.
+# With no DATABASE_URL / REDIS_URL it starts the embedded PostgreSQL and Redis under var/
+# (core/embedded.py) and stops them on Ctrl-C; set both to run against your own servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-8000}"
 PY=.venv/bin/python
 export DJANGO_SETTINGS_MODULE=pool.settings
 mkdir -p var/log
+
+embedded=()
+[ -n "${DATABASE_URL:-}" ] || embedded+=(PostgreSQL)
+[ -n "${REDIS_URL:-}" ] || embedded+=(Redis)
+# Resolved once here, so every process below gets the same URLs without looking them up again.
+eval "$($PY -m core.embedded env)"
 
 $PY manage.py migrate --no-input -v 0
 $PY manage.py apply -f examples/demo.yaml
@@ -19,6 +26,7 @@ cleanup() {
   echo; echo "stopping gpupool..."
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ ${#embedded[@]} -gt 0 ]; then $PY -m core.embedded stop >/dev/null || true; fi
 }
 trap cleanup INT TERM EXIT
 
@@ -44,9 +52,10 @@ PYEOF
   sleep 0.5
 done
 
+if [ ${#embedded[@]} -gt 0 ]; then engines="embedded ${embedded[*]} under var/"; else engines="on your PostgreSQL and Redis"; fi
 cat <<TXT
 
-  gpupool is running (embedded: SQLite + filesystem broker under var/).
+  gpupool is running (${engines}).
   Dashboard:  http://localhost:${PORT}/
   Login:      ${LOGIN}
   API:        http://localhost:${PORT}/api/v1/   docs: http://localhost:${PORT}/api/docs/

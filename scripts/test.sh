@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite: lint, migrations check, then pytest on the real parts this machine has.
-# Tiers: PostgreSQL (else SQLite), Redis (else the filesystem broker), OpenSSH server, Chromium.
+# Engines: the machine's PostgreSQL and Redis when they answer on 127.0.0.1, else the embedded ones
+# (core/embedded.py, under var/test, stopped at the end). Tiers: OpenSSH server, Chromium, libfaketime.
 # Each tier that cannot run is named, with the reason, instead of failing obscurely.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,8 @@ PY=.venv/bin/python
 export DJANGO_SETTINGS_MODULE=pool.settings
 export GPUPOOL_VAR_DIR="$PWD/var/test"
 export GPUPOOL_AUTOSCHEDULE=0
+# An embedded engine left running by an interrupted run is stopped before its folder goes.
+[ -d var/test ] && $PY -m core.embedded stop "$GPUPOOL_VAR_DIR" >/dev/null 2>&1
 rm -rf var/test && mkdir -p var/test test-artifacts
 skipped=()
 
@@ -30,28 +33,26 @@ fi
 [ -x /usr/bin/chromium ] || skipped+=("browser: /usr/bin/chromium not installed")
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || skipped+=("clock skew: libfaketime not installed")
 
-# --- PostgreSQL --------------------------------------------------------------------------------
-if [ -z "${DATABASE_URL:-}" ]; then
-  if $PY - <<'PYEOF' >/dev/null 2>&1; then
+# --- PostgreSQL and Redis ---------------------------------------------------------------------
+if [ -z "${DATABASE_URL:-}" ] && $PY - <<'PYEOF' >/dev/null 2>&1; then
 import psycopg2
 psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=3).close()
 PYEOF
-    export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
-  else
-    skipped+=("postgres: no PostgreSQL answering on 127.0.0.1:5432 as user postgres (ran on SQLite)")
-  fi
+  export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
 fi
-# --- Redis -------------------------------------------------------------------------------------
 # Database 9 keeps test traffic away from a developer's own data in database 0.
-if [ -z "${REDIS_URL:-}" ]; then
-  if $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
-    export REDIS_URL="redis://127.0.0.1:6379/9"
-  else
-    skipped+=("redis: no Redis answering on 127.0.0.1:6379 (the worker test used the filesystem broker)")
-  fi
+if [ -z "${REDIS_URL:-}" ] && \
+   $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
+  export REDIS_URL="redis://127.0.0.1:6379/9"
+fi
+engines="machine's"
+if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+  engines="embedded where none answered"
+  eval "$($PY -m core.embedded env)" || { echo "the embedded engines did not start"; exit 1; }
+  trap '$PY -m core.embedded stop "$GPUPOOL_VAR_DIR" >/dev/null 2>&1' EXIT
 fi
 
-echo "== tiers: database=${DATABASE_URL:+postgresql}${DATABASE_URL:-sqlite} redis=${REDIS_URL:-none}"
+echo "== engines ($engines): database=${DATABASE_URL} redis=${REDIS_URL}"
 status=0
 echo "== ruff (lint, complexity ≤ 10)"; .venv/bin/ruff check . || status=1
 echo "== mypy"; .venv/bin/mypy . || status=1
@@ -69,5 +70,4 @@ if [ ${#skipped[@]} -gt 0 ]; then
 else
   echo "== all tiers ran: PostgreSQL, Redis, OpenSSH server, Chromium"
 fi
-[ -n "${DATABASE_URL:-}" ] && echo "== PostgreSQL tier RAN against ${DATABASE_URL}"
 exit $status

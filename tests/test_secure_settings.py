@@ -9,13 +9,24 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from core import embedded
+
 REPO = Path(__file__).resolve().parent.parent
 REMOTE_DB = "postgres://gpupool:secret@db.internal:5432/gpupool"
 SECRET = "k" * 10 + "-Zx9_" + "q7" * 30  # long and varied enough for Django's W009
+
+
+@pytest.fixture(autouse=True)
+def _stop_embedded_engines(tmp_path: Path) -> Iterator[None]:
+    """A process with no DATABASE_URL / REDIS_URL starts the embedded engines under its var/."""
+    yield
+    embedded.stop_postgres(tmp_path / "var")
+    embedded.stop_redis(tmp_path / "var")
 
 
 def _manage(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +45,7 @@ def test_a_remote_database_without_secret_key_refuses_to_start_and_says_why(tmp_
 
 
 @pytest.mark.parametrize("env", [
-    {},                                                                      # embedded: SQLite under var/
+    {},                                                                      # embedded: PostgreSQL and Redis under var/
     {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/gpupool"},         # one machine
     {"DATABASE_URL": REMOTE_DB, "DEBUG": "1"},                                 # development
     {"DATABASE_URL": REMOTE_DB, "SECRET_KEY": SECRET},                       # production, configured

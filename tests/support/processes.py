@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
@@ -19,17 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 def test_database_url() -> str:
     """The URL of the database the tests are using right now (the test_ database)."""
     db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or 5432
-        user = db.get("USER") or "postgres"
-        return f"postgres://{user}@{host}:{port}/{db['NAME']}"
-    return f"sqlite:///{db['NAME']}"
+    host = quote(str(db.get("HOST") or "127.0.0.1"), safe="")  # a Unix socket folder (embedded) is a path
+    port = db.get("PORT") or 5432
+    user = db.get("USER") or "postgres"
+    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
 
 
 def process_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(DATABASE_URL=test_database_url(), GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
+    env.update(DATABASE_URL=test_database_url(), REDIS_URL=settings.REDIS_URL, GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
                DJANGO_SETTINGS_MODULE="pool.settings", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
