@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PORT="${PORT:-8000}"
 PY=.venv/bin/python
 export DJANGO_SETTINGS_MODULE=pool.settings
-mkdir -p var/log
+VAR="${GPUPOOL_VAR_DIR:-var}"  # where settings keep state, logs and the embedded engines
+mkdir -p "$VAR/log"
 
 embedded=()
 [ -n "${DATABASE_URL:-}" ] || embedded+=(PostgreSQL)
@@ -15,10 +16,10 @@ embedded=()
 # Resolved once here, so every process below gets the same URLs without looking them up again.
 eval "$($PY -m core.embedded env)"
 
-$PY manage.py migrate --no-input -v 0
-$PY manage.py apply -f examples/demo.yaml
-$PY manage.py discover >/dev/null
-LOGIN=$($PY manage.py demo_users | tail -1)
+# Migrate, apply examples/demo.yaml, discover, demo passwords: one process, the login last.
+prepared=$($PY manage.py demo examples/demo.yaml)
+echo "$prepared" | sed '$d'
+LOGIN=$(echo "$prepared" | tail -1)
 
 pids=()
 cleanup() {
@@ -31,17 +32,17 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 .venv/bin/celery -A pool worker --loglevel INFO --concurrency 2 -Q gpupool -n "gpupool@%h" \
-  >var/log/worker.log 2>&1 &
+  >"$VAR/log/worker.log" 2>&1 &
 pids+=($!)
 # Scheduling passes run in a worker of their own: they never wait behind slow tasks.
 .venv/bin/celery -A pool worker --loglevel INFO --concurrency 1 -Q gpupool.schedule -n "scheduler@%h" \
-  >var/log/scheduler.log 2>&1 &
+  >"$VAR/log/scheduler.log" 2>&1 &
 pids+=($!)
-.venv/bin/celery -A pool beat --loglevel INFO --schedule var/celerybeat-schedule \
-  >var/log/beat.log 2>&1 &
+.venv/bin/celery -A pool beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" \
+  >"$VAR/log/beat.log" 2>&1 &
 pids+=($!)
 .venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "0.0.0.0:${PORT}" --workers 2 \
-  --access-logfile var/log/access.log --error-logfile var/log/web.log &
+  --access-logfile "$VAR/log/access.log" --error-logfile "$VAR/log/web.log" &
 pids+=($!)
 
 for _ in $(seq 1 120); do
@@ -52,7 +53,7 @@ PYEOF
   sleep 0.5
 done
 
-if [ ${#embedded[@]} -gt 0 ]; then engines="embedded ${embedded[*]} under var/"; else engines="on your PostgreSQL and Redis"; fi
+if [ ${#embedded[@]} -gt 0 ]; then engines="embedded ${embedded[*]} under $VAR/"; else engines="on your PostgreSQL and Redis"; fi
 cat <<TXT
 
   gpupool is running (${engines}).
@@ -60,7 +61,7 @@ cat <<TXT
   Login:      ${LOGIN}
   API:        http://localhost:${PORT}/api/v1/   docs: http://localhost:${PORT}/api/docs/
   API token:  .venv/bin/python manage.py apitoken alice
-  Logs:       var/log/{web,worker,beat}.log      Ctrl-C stops everything.
+  Logs:       $VAR/log/{web,worker,beat}.log      Ctrl-C stops everything.
 
 TXT
 wait -n "${pids[@]}" || true
