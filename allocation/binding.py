@@ -36,7 +36,6 @@ from allocation.choices import END_STATES, LeaseState
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease
 from allocation.triggers import request_pass, request_unbind
-from inventory.choices import HostState
 from inventory.discovery import source_connector
 
 logger = logging.getLogger(__name__)
@@ -365,7 +364,7 @@ def bindings_observe() -> dict[str, int]:
     now = timezone.now()
     for lease in stopping.pending_stops().select_related("priority_class", "host"):
         host = lease.host
-        seen = host.last_seen if host is not None and host.state != HostState.OFFLINE else None
+        seen = host.last_seen if host is not None and not host.is_offline else None
         if stopping.stop_due(lease, now, host_seen_at=seen):
             request_unbind(lease.pk)
             counts["stop_requested"] = counts.get("stop_requested", 0) + 1

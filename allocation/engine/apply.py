@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from allocation.choices import HOLDING_STATES, LeaseState
+from allocation.choices import LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
 from allocation.leases import AuditRow, leases_end, stop_pending, transition_row
@@ -123,7 +123,7 @@ def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> Non
     chosen = []
     for pre in decisions.preemptions:
         victim = victims.pop(pre.lease_id, None)  # popped: a lease is preempted once
-        if victim is None or victim.state not in HOLDING_STATES:
+        if victim is None or not victim.is_holding:
             continue
         victim.preempted_by_id = pre.by_lease_id
         chosen.append((victim, pre))

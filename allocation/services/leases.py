@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending, transition
-from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Team
+from allocation.models import WORKLOAD_MAY_RUN, Budget, Lease, LeaseGpu, PriorityClass, Quota, Team, expired_at
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
@@ -247,12 +247,12 @@ def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = Non
                         code="keep_requires_admin")
     with transaction.atomic():
         lease, now = _locked(lease, visible_to)
-        if lease.state not in HOLDING_STATES and lease.state != S.PENDING:
+        if not lease.is_renewable:
             raise Conflict(f"a {lease.state} lease cannot be renewed", code="not_renewable")
         ttl = min(ttl_seconds or lease.ttl_seconds, settings.GPUPOOL["MAX_TTL_S"])
         if ttl_seconds:
             lease.ttl_seconds = ttl
-        if lease.state in HOLDING_STATES:
+        if lease.is_holding:
             lease.expires_at = now + timedelta(seconds=ttl)
         fields = ["ttl_seconds", "expires_at"]
         if keep:
@@ -287,11 +287,11 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     now = now or db_now()
     counts = {"expired": 0, "lost": 0, "freed": 0, "requeued": 0}
     pools: set[int] = set()
-    expired = Lease.objects.filter(state__in=HOLDING_STATES, expires_at__lte=now).values_list("pk", flat=True)
+    expired = Lease.objects.filter(expired_at(now)).values_list("pk", flat=True)
     for pk in list(expired[:1000]):
         with transaction.atomic():
             lease = Lease.objects.select_for_update().get(pk=pk)
-            if lease.state in HOLDING_STATES and lease.expires_at and lease.expires_at <= now:
+            if lease.is_expired(now):
                 lease_end(lease, S.EXPIRED, actor="system:reaper", now=now,
                           reason=f"TTL ran out at {lease.expires_at:%H:%M:%S} UTC without renewal")
                 counts["expired"] += 1
@@ -308,7 +308,7 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     # (allocation.binding.lease_unbind).
     ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
                                    gpu_links__active=True)
-              .exclude(binding_status__has_key="handle").exclude(binding_status__has_key="bind")
+              .exclude(WORKLOAD_MAY_RUN)
               .select_related("priority_class").distinct())
     due = [lease for lease in ending if lease.ending_since is not None
            and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
@@ -336,7 +336,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
     for pk in lease_ids:
         with transaction.atomic():
             lease = Lease.objects.select_for_update(of=("self",)).select_related("host").get(pk=pk)
-            if lease.state not in HOLDING_STATES:
+            if not lease.is_holding:
                 continue
             host = lease.host.name if lease.host else "its host"
             lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
