@@ -26,16 +26,15 @@ from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu, Host
 from inventory.services import gpu_refresh_states, gpu_state_sql
 
-S = LeaseState
 TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.GRANTED, S.RELEASED, S.FAILED}),
-    S.GRANTED: frozenset({S.BOUND, S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
-    S.BOUND: frozenset({S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
-    S.LOST: frozenset({S.PENDING}),
-    S.RELEASED: frozenset(),
-    S.EXPIRED: frozenset(),
-    S.PREEMPTED: frozenset(),
-    S.FAILED: frozenset(),
+    LeaseState.PENDING: frozenset({LeaseState.GRANTED, LeaseState.RELEASED, LeaseState.FAILED}),
+    LeaseState.GRANTED: frozenset({LeaseState.BOUND, *END_STATES}),
+    LeaseState.BOUND: frozenset(END_STATES),
+    LeaseState.LOST: frozenset({LeaseState.PENDING}),
+    LeaseState.RELEASED: frozenset(),
+    LeaseState.EXPIRED: frozenset(),
+    LeaseState.PREEMPTED: frozenset(),
+    LeaseState.FAILED: frozenset(),
 }
 
 
@@ -79,7 +78,7 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
         lease.ended_at = lease.end_time(now)
         lease.queue_position = None
         lease.estimated_start = None
-    if target == S.PENDING:
+    if target == LeaseState.PENDING:
         lease.granted_at = lease.expires_at = lease.ended_at = None
         lease.host = None
         lease.ending_since = None

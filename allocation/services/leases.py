@@ -28,8 +28,6 @@ from core.roles import is_pool_admin
 from inventory.choices import HostState
 from inventory.models import Pool
 
-S = LeaseState
-
 
 def actor_name(user: Any) -> str:
     return getattr(user, "username", "") or "anonymous"
@@ -224,10 +222,10 @@ def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_t
         lease, now = _locked(lease, visible_to)
         if lease.state in END_STATES:
             return lease
-        if lease.state == S.PENDING:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}", now=now)
+        if lease.state == LeaseState.PENDING:
+            lease_end(lease, LeaseState.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}", now=now)
         else:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
+            lease_end(lease, LeaseState.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
     if lease.ending_since is not None:
         transaction.on_commit(lambda: request_unbind(lease.pk))
     transaction.on_commit(lambda: request_pass(lease.pool_id))
@@ -292,7 +290,7 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
         with transaction.atomic():
             lease = Lease.objects.select_for_update().get(pk=pk)
             if lease.is_expired(now):
-                lease_end(lease, S.EXPIRED, actor="system:reaper", now=now,
+                lease_end(lease, LeaseState.EXPIRED, actor="system:reaper", now=now,
                           reason=f"TTL ran out at {lease.expires_at:%H:%M:%S} UTC without renewal")
                 counts["expired"] += 1
                 pools.add(lease.pool_id)
@@ -339,7 +337,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             if not lease.is_holding:
                 continue
             host = lease.host.name if lease.host else "its host"
-            lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
+            lease_end(lease, LeaseState.LOST, actor="system:inventory", now=now, keep_gpus=False,
                       reason=f"{reason_prefix}: {host}")
             stranded = None
             if stop_pending(lease):
@@ -353,7 +351,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             if lease.requeue_on_loss:
                 generation = int(lease.binding_status.get("generation") or 0)
                 note = f"; its old workload is being stopped as lease {stranded.pk}" if stranded else ""
-                transition(lease, S.PENDING, actor="system:inventory", now=now,
+                transition(lease, LeaseState.PENDING, actor="system:inventory", now=now,
                            reason=f"requeued after loss of {host}{note}").save()
                 # A later bind is a new generation: named apart from the old workload.
                 lease.binding_status = {"generation": generation + 1} if stranded else {}
@@ -377,7 +375,7 @@ def _strand(lease: Lease, now: datetime) -> Lease:
     twin = Lease(team_id=lease.team_id, user_id=lease.user_id, pool_id=lease.pool_id,
                  priority_class_id=lease.priority_class_id, gpu_count=max(1, gpus.count()),
                  model=lease.model, same_host=lease.same_host, ttl_seconds=lease.ttl_seconds,
-                 host_id=lease.host_id, state=S.LOST, created_at=now, ended_at=now, ending_since=now,
+                 host_id=lease.host_id, state=LeaseState.LOST, created_at=now, ended_at=now, ending_since=now,
                  binding_kind=lease.binding_kind, binding_spec=lease.binding_spec,
                  binding_status={**lease.binding_status, "state": "stopping",
                                  "binding_of": {"lease": str(lease.pk), "generation": generation}},
