@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 from django.db import transaction
 from django.utils import timezone
@@ -25,6 +25,7 @@ from agents.base import (
     BIND_ENDED,
     BIND_FAILED,
     BIND_GONE,
+    BIND_STARTING,
     BIND_SUCCEEDED,
     AgentError,
     BindingStatus,
@@ -36,12 +37,17 @@ from allocation.choices import END_STATES, LeaseState
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease
 from allocation.triggers import request_pass, request_unbind
-from inventory.choices import HostState
 from inventory.discovery import source_connector
 
 logger = logging.getLogger(__name__)
-S = LeaseState
 ACTOR = "system:binder"
+
+# What a bind, an unbind and an observation did, in a word (task logs, `bindings_observe` counts,
+# the fault tests). An observation of a workload still going reports its binding state; one
+# that ended reports the lease's end state.
+BindOutcome = Literal["bound", "skipped", "failed", "ended-meanwhile"]
+UnbindOutcome = Literal["unbound", "skipped", "in-progress", "waiting", "retrying"]
+ObserveOutcome = Literal["skipped", "error", "starting", "running", "released", "failed"]
 
 
 class TransientBindError(Exception):
@@ -77,10 +83,10 @@ def _with_generation(status: dict[str, Any], request: BindRequest) -> dict[str, 
     return {**status, "generation": request.generation} if request.generation else status
 
 
-def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
+def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> BindOutcome:
     """Start the workload of a granted lease. Returns what happened, in a word."""
     lease = _lease(lease_id)
-    if lease is None or lease.state != S.GRANTED or not lease.binding_spec:
+    if lease is None or lease.state != LeaseState.GRANTED or not lease.binding_spec:
         return "skipped"
     request = bind_request(lease)
     if request is None or lease.host is None:
@@ -95,14 +101,14 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> str:
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
         current = _generation(lease) == request.generation
-        if current and lease.state == S.BOUND:
+        if current and lease.state == LeaseState.BOUND:
             # Another worker bound it meanwhile (a retried task racing the first run): the
             # connector's bind is idempotent, so what it started is this very workload.
             return "skipped"
-        if current and lease.state == S.GRANTED:
+        if current and lease.state == LeaseState.GRANTED:
             lease.binding_status = _with_generation(status.to_dict(), request)
             kind = lease.binding_spec.get("kind", "workload")
-            transition(lease, S.BOUND, actor=ACTOR, reason=f"{kind} started on {request.host_name}",
+            transition(lease, LeaseState.BOUND, actor=ACTOR, reason=f"{kind} started on {request.host_name}",
                        extra={"handle": dict(status.handle)}).save()
             lease.save()
             return "bound"
@@ -146,7 +152,7 @@ def _mark_binding(lease_id: Any) -> bool:
     granted (ended, or bound by another worker), and then nothing must be started."""
     with transaction.atomic():
         lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
-        if lease is None or lease.state != S.GRANTED:
+        if lease is None or lease.state != LeaseState.GRANTED:
             return False
         bind = {**(lease.binding_status.get("bind") or {}), "started_at": stopping.iso(timezone.now()),
                 "in_flight": True}
@@ -155,17 +161,17 @@ def _mark_binding(lease_id: Any) -> bool:
     return True
 
 
-def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int) -> str:
+def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int) -> BindOutcome:
     """A bind raised: retry it (transient, attempts left), or fail the lease; either way the bind
     is no longer in flight. A failed lease keeps its GPUs until what the bind may have left on
     the host (a pod, a process started after the reply was lost) is deleted by name."""
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease_id)
         current = _generation(lease) == generation
-        if current and lease.state == S.BOUND:
+        if current and lease.state == LeaseState.BOUND:
             return "skipped"  # another worker's bind of the same workload succeeded
-        retry = current and lease.state == S.GRANTED and not final
-        fail = current and lease.state == S.GRANTED and final
+        retry = current and lease.state == LeaseState.GRANTED and not final
+        fail = current and lease.state == LeaseState.GRANTED and final
         holder = lease if retry or fail else _holder(lease, generation)
         if holder is not None:
             bind = {**(holder.binding_status.get("bind") or {}), "in_flight": False, "error": exc.message}
@@ -174,7 +180,7 @@ def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int
             lease.reason = f"binding retrying after error: {exc.message}"
             lease.save(update_fields=["binding_status", "reason"])
         elif fail:
-            lease_end(lease, S.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}")
+            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}")
         elif holder is not None:  # ended meanwhile: its unbind may be waiting for this bind
             holder.save(update_fields=["binding_status"])
     if retry:  # raised after the commit: the mark must say the bind is no longer in flight
@@ -185,11 +191,11 @@ def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int
     return "failed" if fail else "ended-meanwhile"
 
 
-def _fail(lease: Lease, reason: str) -> str:
+def _fail(lease: Lease, reason: str) -> BindOutcome:
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
-        if lease.state == S.GRANTED:
-            lease_end(lease, S.FAILED, actor=ACTOR, reason=reason)
+        if lease.state == LeaseState.GRANTED:
+            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=reason)
     request_pass(lease.pool_id)
     return "failed"
 
@@ -202,7 +208,7 @@ def _stop_unheld(connector: Connector, status: BindingStatus, request: BindReque
                      request.lease_id, exc.message)
 
 
-def lease_unbind(lease_id: Any, *, final_attempt: bool = False) -> str:
+def lease_unbind(lease_id: Any, *, final_attempt: bool = False) -> UnbindOutcome:
     """Stop the workload of an ended lease (notice, grace, kill) and free its GPUs once it has
     stopped. A failed attempt keeps the GPUs, is recorded on the lease (`stopping`: the error,
     the attempts, the next one) and is retried with backoff: there is no last attempt after
@@ -258,7 +264,7 @@ def _stop_target(lease: Lease, status: dict[str, Any]) -> tuple[Connector | None
     return connector, handle, ""
 
 
-def _stopped(lease_id: Any) -> str:
+def _stopped(lease_id: Any) -> UnbindOutcome:
     """The workload is over: free the GPUs (unless an admin forgot it meanwhile: done already)."""
     now = timezone.now()
     with transaction.atomic():
@@ -283,7 +289,7 @@ def _stopped(lease_id: Any) -> str:
     return "unbound"
 
 
-def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> str:
+def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> UnbindOutcome:
     """Record a failed stop on the lease, keep its GPUs, and ask for the next attempt."""
     now = timezone.now()
     with transaction.atomic():
@@ -308,10 +314,10 @@ def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> str:
     return "retrying"
 
 
-def lease_observe(lease: Lease) -> str:
+def lease_observe(lease: Lease) -> ObserveOutcome:
     """Check a bound workload; one that ended on its own ends the lease."""
     handle = lease.binding_status.get("handle")
-    if lease.state != S.BOUND or not handle or lease.host is None:
+    if lease.state != LeaseState.BOUND or not handle or lease.host is None:
         return "skipped"
     try:
         status = source_connector(lease.host.source).observe(handle)
@@ -324,15 +330,16 @@ def lease_observe(lease: Lease) -> str:
             generation = lease.binding_status.get("generation")
             Lease.objects.filter(pk=lease.pk).update(
                 binding_status={**status.to_dict(), **({"generation": generation} if generation else {})})
-        return status.state
+        # Connectors report a workload still going as starting or running (agents.base).
+        return "starting" if status.state == BIND_STARTING else "running"
     target, reason = _ended_reason(lease, status)
     # A workload that never started or was refused (a pod Pending past its deadline, rejected by
     # the kubelet) may still be there, and may yet start: it is deleted before the GPUs come back.
     # One that ran and ended (an exit code) or vanished has nothing left to stop.
-    stop_first = target == S.FAILED and status.state != BIND_GONE
+    stop_first = target == "failed" and status.state != BIND_GONE
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
-        if lease.state != S.BOUND:
+        if lease.state != LeaseState.BOUND:
             return "skipped"
         generation = lease.binding_status.get("generation")
         lease.binding_status = {**status.to_dict(), "state": status.state,
@@ -344,33 +351,33 @@ def lease_observe(lease: Lease) -> str:
     return target
 
 
-def _ended_reason(lease: Lease, status: BindingStatus) -> tuple[str, str]:
+def _ended_reason(lease: Lease, status: BindingStatus) -> tuple[Literal["released", "failed"], str]:
     kind = lease.binding_spec.get("kind", "workload")
     if status.state == BIND_SUCCEEDED:
-        return S.RELEASED, status.reason or f"{kind} finished (exit code {status.exit_code or 0})"
+        return "released", status.reason or f"{kind} finished (exit code {status.exit_code or 0})"
     if status.state == BIND_GONE:
-        return S.RELEASED, status.reason or f"{kind} removed outside gpupool"
+        return "released", status.reason or f"{kind} removed outside gpupool"
     if status.state == BIND_FAILED and status.exit_code is not None:
-        return S.RELEASED, status.reason or f"{kind} exited with code {status.exit_code}"
-    return S.FAILED, status.reason or f"{kind} failed"
+        return "released", status.reason or f"{kind} exited with code {status.exit_code}"
+    return "failed", status.reason or f"{kind} failed"
 
 
 def bindings_observe() -> dict[str, int]:
     """Observe every bound lease; ask again for stops that are due (allocation.stopping.stop_due:
     a retry whose message was lost, a host back after failed attempts)."""
     counts: dict[str, int] = {}
-    for lease in Lease.objects.filter(state=S.BOUND).select_related("host__source"):
+    for lease in Lease.objects.filter(state=LeaseState.BOUND).select_related("host__source"):
         outcome = lease_observe(lease)
         counts[outcome] = counts.get(outcome, 0) + 1
     now = timezone.now()
     for lease in stopping.pending_stops().select_related("priority_class", "host"):
         host = lease.host
-        seen = host.last_seen if host is not None and host.state != HostState.OFFLINE else None
+        seen = host.last_seen if host is not None and not host.is_offline else None
         if stopping.stop_due(lease, now, host_seen_at=seen):
             request_unbind(lease.pk)
             counts["stop_requested"] = counts.get("stop_requested", 0) + 1
     return counts
 
 
-__all__ = ["BIND_FAILED", "TransientBindError", "bind_request", "bindings_observe", "lease_bind",
-           "lease_observe", "lease_unbind"]
+__all__ = ["BIND_FAILED", "BindOutcome", "ObserveOutcome", "TransientBindError", "UnbindOutcome", "bind_request",
+           "bindings_observe", "lease_bind", "lease_observe", "lease_unbind"]

@@ -26,16 +26,15 @@ from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu, Host
 from inventory.services import gpu_refresh_states, gpu_state_sql
 
-S = LeaseState
 TRANSITIONS: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.GRANTED, S.RELEASED, S.FAILED}),
-    S.GRANTED: frozenset({S.BOUND, S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
-    S.BOUND: frozenset({S.RELEASED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.LOST}),
-    S.LOST: frozenset({S.PENDING}),
-    S.RELEASED: frozenset(),
-    S.EXPIRED: frozenset(),
-    S.PREEMPTED: frozenset(),
-    S.FAILED: frozenset(),
+    LeaseState.PENDING: frozenset({LeaseState.GRANTED, LeaseState.RELEASED, LeaseState.FAILED}),
+    LeaseState.GRANTED: frozenset({LeaseState.BOUND, *END_STATES}),
+    LeaseState.BOUND: frozenset(END_STATES),
+    LeaseState.LOST: frozenset({LeaseState.PENDING}),
+    LeaseState.RELEASED: frozenset(),
+    LeaseState.EXPIRED: frozenset(),
+    LeaseState.PREEMPTED: frozenset(),
+    LeaseState.FAILED: frozenset(),
 }
 
 
@@ -57,17 +56,6 @@ def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease 
     )
 
 
-def end_time(lease: Lease, now: datetime) -> datetime:
-    """When a lease ending at `now` ends: never before it was granted. `now` may be a clock read
-    taken before the scheduling pass, in another transaction, stamped `granted_at` from its own
-    read: a release whose locked read started (taking the transaction's time) just before the
-    pass read its clock, and then waited for the pass's lock on the lease row, finds the lease
-    granted after its `now`; a process clock behind the database's does the same. The lease then
-    ends at its grant, a zero duration, never a negative one in the lease row, the fair-share
-    ledger or the GPU-hour meter."""
-    return max(now, lease.granted_at) if lease.granted_at is not None else now
-
-
 def _transition_data(previous: str, target: str, extra: dict[str, Any] | None) -> dict[str, Any]:
     return {"from": previous, "to": target, **(extra or {})}
 
@@ -87,10 +75,10 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
     lease.state = target
     lease.reason = reason
     if target in END_STATES:
-        lease.ended_at = end_time(lease, now)
+        lease.ended_at = lease.end_time(now)
         lease.queue_position = None
         lease.estimated_start = None
-    if target == S.PENDING:
+    if target == LeaseState.PENDING:
         lease.granted_at = lease.expires_at = lease.ended_at = None
         lease.host = None
         lease.ending_since = None
@@ -132,23 +120,15 @@ def audit_rows_insert(rows: Sequence[AuditRow]) -> int:
     return bulk_insert_columns(AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else [])
 
 
-def workload_may_run(lease: Lease) -> bool:
-    """Whether something of the lease may be running on its host: a bound workload (its handle),
-    or a bind that was started (the bind task marks the lease with `bind` before it asks the
-    host, and a bind whose reply was lost may have started it all the same)."""
-    status = lease.binding_status or {}
-    return bool(status.get("handle")) or "bind" in status or lease.state == S.BOUND
-
-
 def stop_pending(lease: Lease) -> bool:
     """After an end: whether the unbind task must stop a workload before the GPUs come back."""
-    return lease.ending_since is not None and workload_may_run(lease)
+    return lease.ending_since is not None and lease.has_workload
 
 
 def _end(lease: Lease, target: str, *, actor: str, reason: str, now: datetime,
          keep_gpus: bool | None, announce: bool, workload_gone: bool = False) -> tuple[AuditEvent, bool]:
     """`lease_end` in memory: returns the audit event and whether the lease keeps its GPUs."""
-    has_workload = workload_may_run(lease) and not workload_gone
+    has_workload = lease.has_workload and not workload_gone
     event = transition(lease, target, actor=actor, reason=reason, now=now, announce=announce)
     hold = has_workload if keep_gpus is None else keep_gpus or has_workload
     if hold:
@@ -169,9 +149,9 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
     On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
     GPU-hour meter, the freed links and GPUs) is one statement. A `now` before the lease's grant
-    counts as the grant's time (`end_time`). `workload_gone`: its workload is known to have ended
+    counts as the grant's time (`Lease.end_time`). `workload_gone`: its workload is known to have ended
     (observed): nothing to stop, the GPUs are freed with the end."""
-    now = end_time(lease, now or timezone.now())
+    now = lease.end_time(now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce, workload_gone=workload_gone)
     from allocation.ledger import ledger_close, ledger_close_sql
@@ -224,9 +204,9 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
     from allocation.ledger import ledger_close_many
     from allocation.metering import meter_close
 
-    # Each closed at its own end (`end_time`: never before its grant); the meter clamps the
+    # Each closed at its own end (`Lease.end_time`: never before its grant); the meter clamps the
     # shared `now` to each row's start (its grant) itself.
-    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, end_time(lease, now))
+    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, lease.end_time(now))
                       for lease in leases if lease.granted_at is not None)
     meter_close([lease.pk for lease in leases if lease.granted_at is not None], now)
     bulk_update_fast(Lease, leases, [*END_FIELDS, *fields])

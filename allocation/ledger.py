@@ -1,14 +1,16 @@
-"""The fair-share ledger: exponentially decayed GPU-seconds per team.
+"""The fair-share ledger: exponentially decayed GPU-seconds per team, kept in the database.
 
 usage(now) = closed · 2^(−(now − as_of)/h) + Σ over running leases of gpus · ∫ 2^(−(now − t)/h) dt,
 where `closed` accumulates leases that have ended. The integral has a closed form, so the ledger is
-exact (no sampling) and can be rebuilt from lease rows at any time (`rebuild_ledger`).
+exact (no sampling) and can be rebuilt from lease rows at any time (`rebuild_ledger`). The
+arithmetic is the policy's (allocation.policy.fairshare: `decay`, `interval_usage`); this module
+reads and writes the rows, and `ledger_close_sql` is the one SQL twin (for the one-statement end
+of a lease), held equal to the policy by a property test.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -16,20 +18,13 @@ from django.db import transaction
 from django.db.models import Count
 
 from allocation.models import Lease, LeaseGpu, SchedulerSettings, Team, UsageLedger
+from allocation.policy import fairshare
+from allocation.policy.fairshare import LN2, decay, interval_usage
 from allocation.policy.types import TeamView
-
-LN2 = math.log(2)
 
 
 def half_life_s() -> float:
     return SchedulerSettings.current().fair_share_half_life_hours * 3600.0
-
-
-def decayed_interval(gpus: int, start: float, end: float, now: float, h: float) -> float:
-    """Decayed GPU-seconds at `now` of `gpus` GPUs used from `start` to `end` (≤ now)."""
-    if end <= start:
-        return 0.0
-    return gpus * h / LN2 * (2 ** (-(now - end) / h) - 2 ** (-(now - start) / h))
 
 
 def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
@@ -39,13 +34,13 @@ def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[s
     h = half_life or half_life_s()
     t = now.timestamp()
     teams = list(Team.objects.values_list("pk", "name", "weight", "ledger__closed_usage", "ledger__as_of"))
-    usage: dict[int, float] = {pk: closed * 2 ** (-(t - as_of.timestamp()) / h)
+    usage: dict[int, float] = {pk: decay(closed, t - as_of.timestamp(), h)
                                for pk, _, _, closed, as_of in teams if as_of is not None}
     running = (LeaseGpu.objects.filter(active=True, lease__granted_at__isnull=False,
                                        lease__ended_at__isnull=True)
                .values_list("lease__team_id", "lease__granted_at").annotate(n=Count("pk")).order_by())
     for team_id, granted, n in running:
-        usage[team_id] = usage.get(team_id, 0.0) + decayed_interval(n, granted.timestamp(), t, t, h)
+        usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)
     return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0))
             for pk, name, weight, _, _ in teams}
 
@@ -72,9 +67,9 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
                     team_id=team_id, defaults={"as_of": ended_at})
                 ledgers[team_id] = ledger
             t = max(ended_at, ledger.as_of)
-            carried = ledger.closed_usage * 2 ** (-(t.timestamp() - ledger.as_of.timestamp()) / h)
-            ledger.closed_usage = carried + decayed_interval(gpus, granted_at.timestamp(),
-                                                              ended_at.timestamp(), t.timestamp(), h)
+            carried = decay(ledger.closed_usage, t.timestamp() - ledger.as_of.timestamp(), h)
+            ledger.closed_usage = carried + interval_usage(gpus, granted_at.timestamp(),
+                                                            ended_at.timestamp(), t.timestamp(), h)
             ledger.as_of = t
         for team_id in dict.fromkeys(team_id for team_id, *_ in ended):
             ledgers[team_id].save()
@@ -86,7 +81,8 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
     same statement. With t = max(ended_at, as_of):
         closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
     (the second term is 0 when end ≤ start). tests/allocation/test_one_statement_writes.py checks
-    that both give the same ledger."""
+    that both give the same ledger, tests/allocation/test_ledger_sql_property.py that it is the
+    policy's arithmetic (`decay`, `interval_usage`) for any lease and ledger."""
     default_h = SchedulerSettings._meta.get_field("fair_share_half_life_hours").default
     h = (f"((SELECT COALESCE(MAX(fair_share_half_life_hours), {float(default_h)!r}) "
          f"FROM {SchedulerSettings._meta.db_table} WHERE id = 1) * 3600.0)")
@@ -94,12 +90,19 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
     start, end = granted_at.timestamp(), ended_at.timestamp()
     t = "GREATEST(%s::timestamptz, l.as_of)"
     epoch_t = f"EXTRACT(EPOCH FROM {t})::float8"
+
+    def half_power(elapsed: str) -> str:
+        # 2^(−elapsed/h), with the exponent kept in [−1000, 0]: PostgreSQL raises on underflow
+        # (a ledger idle for 1,075 half-lives) where Python's pow gives 0, and 2^−1000 is 0 to any
+        # ledger; above 0 only for an empty interval (end ≤ start), whose term k zeroes.
+        return f"power(2, LEAST(0, GREATEST(-1000, -({elapsed}) / {h})))"
+
     sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, closed_usage, as_of) "
-           f"SELECT %s, %s::float8 * {h} * (1 - power(2, -(%s::float8 - %s::float8) / {h})), %s::timestamptz "
+           f"SELECT %s, %s::float8 * {h} * (1 - {half_power('%s::float8 - %s::float8')}), %s::timestamptz "
            f"ON CONFLICT (team_id) DO UPDATE SET "
-           f"closed_usage = l.closed_usage * power(2, -(EXTRACT(EPOCH FROM {t} - l.as_of))::float8 / {h}) "
-           f"+ %s::float8 * {h} * (power(2, -({epoch_t} - %s::float8) / {h}) "
-           f"- power(2, -({epoch_t} - %s::float8) / {h})), "
+           f"closed_usage = l.closed_usage * {half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8')} "
+           f"+ %s::float8 * {h} * ({half_power(f'{epoch_t} - %s::float8')} "
+           f"- {half_power(f'{epoch_t} - %s::float8')}), "
            f"as_of = {t}")
     params = [team_id, k, end, start, ended_at,
               ended_at, k, ended_at, end, ended_at, start, ended_at]
@@ -107,18 +110,20 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
 
 
 def rebuild_ledger(now: datetime) -> int:
-    """Recompute every team's closed usage from lease rows. Returns the number of leases used."""
-    h = half_life_s()
-    t = now.timestamp()
-    totals: dict[int, float] = {}
+    """Recompute every team's closed usage from lease rows (the policy's `rebuild_ledger` over
+    the ended leases). Returns the number of leases used."""
     rows = Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=False).values_list(
         "team_id", "gpu_count", "granted_at", "ended_at")
     count = 0
-    for team_id, gpus, granted, ended in rows.iterator():
-        assert granted is not None and ended is not None  # filtered above; the stubs cannot tell
-        totals[team_id] = totals.get(team_id, 0.0) + decayed_interval(
-            gpus, granted.timestamp(), ended.timestamp(), t, h)
-        count += 1
+
+    def intervals() -> Iterator[tuple[int, float, float | None, float]]:
+        nonlocal count
+        for team_id, gpus, granted, ended in rows.iterator():
+            assert granted is not None and ended is not None  # filtered above; the stubs cannot tell
+            count += 1
+            yield team_id, granted.timestamp(), ended.timestamp(), gpus
+
+    totals = fairshare.rebuild_ledger(intervals(), now.timestamp(), half_life_s())
     with transaction.atomic():
         UsageLedger.objects.all().delete()
         UsageLedger.objects.bulk_create(

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from allocation.choices import BindingKind, LeaseState, ReservationState
+from allocation.choices import HOLDING_STATES, BindingKind, LeaseState, ReservationState
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.where import selector_of
@@ -181,6 +181,52 @@ class Lease(models.Model):
     def selector_text(self) -> str:
         """The selector as reasons show it (`source=kb host=n1 zone=a`); "" for none."""
         return selector_of(self.selector).tag
+
+    @property
+    def is_holding(self) -> bool:
+        """Whether it holds GPUs as a live lease (granted or bound). An ended lease whose workload
+        is being stopped keeps its GPU links but is not holding."""
+        return self.state in HOLDING_STATES
+
+    @property
+    def has_workload(self) -> bool:
+        """Whether something of the lease may be running on its host: a bound workload (its
+        handle), or a bind that was started (the bind task marks the lease with `bind` before it
+        asks the host, and a bind whose reply was lost may have started it all the same). A
+        recorded handle counts whatever its value (every connector records a non-empty one), as
+        in the queryset form `WORKLOAD_MAY_RUN`, so the two never disagree."""
+        status = self.binding_status or {}
+        return "handle" in status or "bind" in status or self.state == LeaseState.BOUND
+
+    @property
+    def is_renewable(self) -> bool:
+        """Whether its TTL may be renewed: while it waits or holds GPUs."""
+        return self.is_holding or self.state == LeaseState.PENDING
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether its TTL has run out at `now` while it holds GPUs (the reaper ends it)."""
+        return self.is_holding and self.expires_at is not None and self.expires_at <= now
+
+    def end_time(self, now: datetime) -> datetime:
+        """When it ends if it ends at `now`: never before it was granted. `now` may be a clock read
+        taken before the scheduling pass, in another transaction, stamped `granted_at` from its
+        own read: a release whose locked read started (taking the transaction's time) just before
+        the pass read its clock, and then waited for the pass's lock on the lease row, finds the
+        lease granted after its `now`; a process clock behind the database's does the same. The
+        lease then ends at its grant, a zero duration, never a negative one in the lease row, the
+        fair-share ledger or the GPU-hour meter."""
+        return max(now, self.granted_at) if self.granted_at is not None else now
+
+
+# The queryset forms of `Lease.has_workload` and `Lease.is_expired`, defined once beside them.
+# `binding_status` is never NULL (default {}), so `exclude(WORKLOAD_MAY_RUN)` is its negation.
+WORKLOAD_MAY_RUN = (Q(binding_status__has_key="handle") | Q(binding_status__has_key="bind")
+                    | Q(state=LeaseState.BOUND))
+
+
+def expired_at(now: datetime) -> Q:
+    """Leases whose TTL has run out at `now` while they hold GPUs (`Lease.is_expired`)."""
+    return Q(state__in=HOLDING_STATES, expires_at__lte=now)
 
 
 class LeaseGpu(models.Model):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, cast
+from collections.abc import Iterable
+from typing import Any, NamedTuple, cast
 
 from django.db import connection
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
@@ -122,17 +123,11 @@ def quota_list(*, user: Any) -> list[Quota]:
     if not is_pool_admin(user):
         qs = qs.filter(team__members=user)
     quotas = list(qs)
-    used: dict[tuple[int, int], list[int]] = {}
-    for row in (LeaseGpu.objects.filter(active=True)
-                .values("lease__team_id", "lease__pool_id", "lease__borrowed").annotate(n=Count("pk"))):
-        slot = used.setdefault((row["lease__team_id"], row["lease__pool_id"]), [0, 0])
-        slot[0] += row["n"]
-        if row["lease__borrowed"]:
-            slot[1] += row["n"]
+    used = team_gpus_held()
     pending = {(r["team_id"], r["pool_id"]): r["n"] for r in Lease.objects.filter(
         state=LeaseState.PENDING).values("team_id", "pool_id").annotate(n=Sum("gpu_count"))}
     for quota in quotas:
-        quota.used, quota.borrowed = used.get((quota.team_id, quota.pool_id), [0, 0])
+        quota.used, quota.borrowed = used.get((quota.team_id, quota.pool_id), Held(0, 0))
         quota.pending = pending.get((quota.team_id, quota.pool_id), 0)
     return quotas
 
@@ -155,8 +150,41 @@ def audit_event_list(*, user: Any) -> QuerySet[AuditEvent]:
     return qs.order_by("-at", "-id")
 
 
-def team_gpus_held(team_ids: list[int]) -> dict[int, int]:
-    """GPUs each team holds now, over all pools (one grouped query)."""
-    rows = (LeaseGpu.objects.filter(active=True, lease__team_id__in=team_ids)
-            .values("lease__team_id").annotate(n=Count("pk")))
-    return {row["lease__team_id"]: row["n"] for row in rows}
+class Pending(NamedTuple):
+    """A pool's queue: how many leases wait and how many GPUs they ask for."""
+
+    leases: int
+    gpus: int
+
+
+def pending_by_pool(pool_ids: Iterable[int] | None = None) -> dict[int, Pending]:
+    """Per pool (id): its pending leases and the GPUs they ask for, in one grouped query; pools
+    with nothing pending are absent. The one reading of "the queue of a pool" (dashboard, history,
+    API, /metrics)."""
+    leases = Lease.objects.filter(state=LeaseState.PENDING)
+    if pool_ids is not None:
+        leases = leases.filter(pool_id__in=list(pool_ids))
+    return {pool_id: Pending(n, gpus or 0) for pool_id, n, gpus in (
+        leases.values_list("pool_id").annotate(n=Count("pk"), g=Sum("gpu_count")).order_by())}
+
+
+class Held(NamedTuple):
+    """GPUs a team holds in a pool now, and how many of them it borrows beyond its guarantee."""
+
+    gpus: int
+    borrowed: int
+
+
+def team_gpus_held(team_ids: Iterable[int] | None = None) -> dict[tuple[int, int], Held]:
+    """Per (team id, pool id): the GPUs the team holds there now (active GPU links) and the part
+    held by borrowing leases, in one grouped query; pairs holding nothing are absent. The one
+    reading of "what a team holds" (quotas, teams API, dashboard, history, /metrics)."""
+    links = LeaseGpu.objects.filter(active=True)
+    if team_ids is not None:
+        links = links.filter(lease__team_id__in=list(team_ids))
+    held: dict[tuple[int, int], Held] = {}
+    for team_id, pool_id, borrowed, n in (links.values_list("lease__team_id", "lease__pool_id", "lease__borrowed")
+                                          .annotate(n=Count("pk")).order_by()):
+        gpus, lent = held.get((team_id, pool_id), Held(0, 0))
+        held[(team_id, pool_id)] = Held(gpus + n, lent + (n if borrowed else 0))
+    return held

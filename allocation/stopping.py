@@ -25,10 +25,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
-
 from allocation.choices import END_STATES
-from allocation.models import Lease
+from allocation.models import WORKLOAD_MAY_RUN, Lease
 from core.tasks import backoff_s
 
 #: Retries after a failed stop: doubling from the first, capped (core.tasks.backoff_s: jitter on
@@ -112,7 +110,7 @@ def with_stopped(status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 def pending_stops() -> Any:
     """Ended leases still holding GPUs for a workload that may run (a handle, or a bind started)."""
     return (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False)
-            .filter(Q(binding_status__has_key="handle") | Q(binding_status__has_key="bind")))
+            .filter(WORKLOAD_MAY_RUN))
 
 
 def stop_due(lease: Lease, now: datetime, *, host_seen_at: datetime | None = None) -> bool:

@@ -12,12 +12,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Avg, Count, Q, Sum
+from django.db.models import Avg, Count, Q
 from django.utils import timezone
 
-from allocation.choices import LeaseState
 from allocation.models import Lease, LeaseGpu, Quota
-from allocation.selectors import fair_share_standing, quota_list
+from allocation.selectors import Pending, fair_share_standing, pending_by_pool, quota_list, team_gpus_held
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
@@ -71,7 +70,7 @@ def pool_overview(*, now: datetime | None = None) -> list[PoolStats]:
     stats = [PoolStats(pool=p, capacity=p.capacity, allocated=p.allocated, free=p.free) for p in pool_list()]
     states = _gpu_states_by_pool()
     borrowed = _borrowed_gpus_by_pool()
-    pending = _pending_by_pool()
+    pending = pending_by_pool()
     hours = gpu_hours_since(now.replace(hour=0, minute=0, second=0, microsecond=0), now)
     start = chart_start(now)
     series = utilisation_series(start, now)
@@ -79,7 +78,7 @@ def pool_overview(*, now: datetime | None = None) -> list[PoolStats]:
         pool_id = s.pool.pk
         s.states = states.get(pool_id, {})
         s.borrowed = borrowed.get(pool_id, 0)
-        s.pending_leases, s.pending_gpus = pending.get(pool_id, (0, 0))
+        s.pending_leases, s.pending_gpus = pending.get(pool_id, Pending(0, 0))
         s.gpu_hours_today = hours.get(pool_id, 0.0)
         s.chart = line_chart(series.get(pool_id, []), start=start, end=now)
     return stats
@@ -98,15 +97,11 @@ def _gpu_states_by_pool() -> dict[int, dict[str, int]]:
 def _borrowed_gpus_by_pool() -> dict[int, int]:
     """Per pool: GPUs held by leases that borrow beyond their team's guarantee; pools with none
     are absent."""
-    return {pool_id: n for pool_id, n in (LeaseGpu.objects.filter(active=True, lease__borrowed=True)
-                                          .values_list("lease__pool_id").annotate(n=Count("pk")))}
-
-
-def _pending_by_pool() -> dict[int, tuple[int, int]]:
-    """Per pool: (pending leases, GPUs they ask for); pools with no pending lease are absent."""
-    return {pool_id: (n, gpus or 0) for pool_id, n, gpus in (
-        Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id")
-        .annotate(n=Count("pk"), g=Sum("gpu_count")))}
+    borrowed: dict[int, int] = defaultdict(int)
+    for (_, pool_id), held in team_gpus_held().items():
+        if held.borrowed:
+            borrowed[pool_id] += held.borrowed
+    return dict(borrowed)
 
 
 def chart_start(now: datetime) -> datetime:

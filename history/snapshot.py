@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Avg, Count, Sum
+from django.db.models import Avg, Count
 
 from allocation.choices import LeaseState
-from allocation.models import Lease, LeaseGpu, Quota
+from allocation.models import Lease, Quota
+from allocation.selectors import Held, Pending, pending_by_pool, team_gpus_held
 from history.choices import Step
 from history.models import ModelPoint, PoolPoint, TeamPoolPoint
 from inventory.choices import GpuState
@@ -24,9 +25,7 @@ def pool_and_model_points(at: datetime) -> tuple[list[PoolPoint], list[ModelPoin
     pool and GPU model that reports utilisation."""
     pool_ids = list(Pool.objects.values_list("pk", flat=True))
     stats = pool_stats(pool_ids)
-    pending = {pool_id: (n, gpus or 0) for pool_id, n, gpus in (
-        Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id")
-        .annotate(n=Count("pk"), g=Sum("gpu_count")).order_by())}
+    pending = pending_by_pool()
     models: list[ModelPoint] = []
     util: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for pool_id, model, n, mean in _utilisation_by_model():
@@ -37,7 +36,7 @@ def pool_and_model_points(at: datetime) -> tuple[list[PoolPoint], list[ModelPoin
     pools = []
     for pool_id in pool_ids:
         counts = stats.get(pool_id, {"capacity": 0, "allocated": 0, "free": 0})
-        queue, gpus = pending.get(pool_id, (0, 0))
+        queue, gpus = pending.get(pool_id, Pending(0, 0))
         total, reporting = util.get(pool_id, (0.0, 0.0))
         pools.append(PoolPoint(pool_id=pool_id, step=Step.MINUTE, at=at, capacity=counts["capacity"],
                                allocated=counts["allocated"], free=counts["free"], pending_gpus=gpus,
@@ -60,12 +59,7 @@ def team_points(at: datetime) -> list[TeamPoolPoint]:
     """One point per team and pool that has a quota, holds GPUs or waits for some."""
     quotas = {(t, p): (g, lim) for t, p, g, lim in
               Quota.objects.values_list("team_id", "pool_id", "guaranteed", "limit")}
-    held: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
-    for team_id, pool_id, borrowed, n in (LeaseGpu.objects.filter(active=True).values_list(
-            "lease__team_id", "lease__pool_id", "lease__borrowed").annotate(n=Count("pk")).order_by()):
-        held[(team_id, pool_id)][0] += n
-        if borrowed:
-            held[(team_id, pool_id)][1] += n
+    held = team_gpus_held()
     waits: dict[tuple[int, int], list[float]] = defaultdict(list)
     asked: dict[tuple[int, int], int] = defaultdict(int)
     for team_id, pool_id, gpus, created in Lease.objects.filter(state=LeaseState.PENDING).values_list(
@@ -75,7 +69,7 @@ def team_points(at: datetime) -> list[TeamPoolPoint]:
     points = []
     for key in quotas.keys() | held.keys() | asked.keys():
         guaranteed, limit = quotas.get(key, (0, None))
-        now_held, borrowed = held.get(key, (0, 0))
+        now_held, borrowed = held.get(key, Held(0, 0))
         ages = waits.get(key)
         points.append(TeamPoolPoint(
             team_id=key[0], pool_id=key[1], step=Step.MINUTE, at=at, held=now_held, held_max=now_held,

@@ -91,6 +91,12 @@ class Host(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def is_offline(self) -> bool:
+        """Whether it stopped answering discovery (its derived state): nothing can be started or
+        stopped on it until it answers again."""
+        return self.state == HostState.OFFLINE
+
     @staticmethod
     def derive_state(reported: str, admin: str) -> str:
         """Offline wins; then an admin's drain or cordon; then what the source says."""

@@ -122,7 +122,7 @@ def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,
 
 def _derive(host: Host, now: datetime) -> None:
     host.state = Host.derive_state(host.reported_state, host.admin_state)
-    host.offline_since = (host.offline_since or now) if host.state == HostState.OFFLINE else None
+    host.offline_since = (host.offline_since or now) if host.is_offline else None
 
 
 STRUCT_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile", "shared_replicas",

@@ -47,29 +47,32 @@ def _gpus() -> GaugeMetricFamily:
 def _leases() -> Iterator[GaugeMetricFamily]:
     from django.db.models import Count
 
+    from allocation.choices import ACTIVE_STATES
     from allocation.models import Lease
+    from allocation.selectors import pending_by_pool
+    from inventory.models import Pool
 
     leases = GaugeMetricFamily("gpupool_leases", "Leases by pool and state", labels=["pool", "state"])
-    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool", labels=["pool"])
-    for row in Lease.objects.filter(state__in=["pending", "granted", "bound"]).values(
-            "pool__name", "state").annotate(n=Count("pk")):
+    for row in Lease.objects.filter(state__in=ACTIVE_STATES).values("pool__name", "state").annotate(n=Count("pk")):
         leases.add_metric([row["pool__name"], row["state"]], row["n"])
-        if row["state"] == "pending":
-            pending.add_metric([row["pool__name"]], row["n"])
     yield leases
+    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool", labels=["pool"])
+    names = dict(Pool.objects.values_list("pk", "name"))
+    for pool_id, queue in pending_by_pool().items():
+        pending.add_metric([names[pool_id]], queue.leases)
     yield pending
 
 
 def _team_gpus_held() -> GaugeMetricFamily:
-    from django.db.models import Count
-
-    from allocation.models import LeaseGpu
+    from allocation.models import Team
+    from allocation.selectors import team_gpus_held
+    from inventory.models import Pool
 
     held = GaugeMetricFamily("gpupool_team_gpus_held", "GPUs each team holds, by pool",
                              labels=["team", "pool"])
-    for row in LeaseGpu.objects.filter(active=True).values(
-            "lease__team__name", "lease__pool__name").annotate(n=Count("pk")):
-        held.add_metric([row["lease__team__name"], row["lease__pool__name"]], row["n"])
+    teams, pools = dict(Team.objects.values_list("pk", "name")), dict(Pool.objects.values_list("pk", "name"))
+    for (team_id, pool_id), in_pool in team_gpus_held().items():
+        held.add_metric([teams[team_id], pools[pool_id]], in_pool.gpus)
     return held
 
 

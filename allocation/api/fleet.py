@@ -5,11 +5,9 @@ pending counts; GPUs gain the lease that holds them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Sum
 from drf_spectacular.utils import OpenApiResponse, PolymorphicProxySerializer, extend_schema, extend_schema_view
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -29,8 +27,8 @@ from allocation.api.moves import (
 )
 from allocation.api.serializers import ForgetWorkloadsSerializer, ForgottenWorkloadsSerializer
 from allocation.capacity_preview import capacity_preview
-from allocation.choices import LeaseState
-from allocation.models import Lease, LeaseGpu
+from allocation.models import LeaseGpu
+from allocation.selectors import Pending, pending_by_pool
 from allocation.services.admin import host_admin_action, host_forget_workloads
 from allocation.services.capacity import capacity_move
 from allocation.sql import execute
@@ -53,12 +51,9 @@ GPU_MOVED = OpenApiResponse(
 class PoolViewSet(inventory_views.PoolViewSet):
     def decorate(self, pools: list[Pool]) -> list[Pool]:
         pools = super().decorate(pools)
-        pending = {row["pool_id"]: row for row in Lease.objects.filter(
-            pool_id__in=[p.pk for p in pools], state=LeaseState.PENDING).values("pool_id").annotate(
-            n=Count("pk"), gpus=Sum("gpu_count")).order_by()}
+        pending = pending_by_pool([p.pk for p in pools])
         for pool in pools:
-            row: Mapping[str, Any] = pending.get(pool.pk, {})
-            pool.pending, pool.pending_gpus = row.get("n", 0), row.get("gpus", 0)
+            pool.pending, pool.pending_gpus = pending.get(pool.pk, Pending(0, 0))
         return pools
 
     @extend_schema(summary="Move GPUs and whole hosts into this pool (pool admins)", request=PoolMoveSerializer,

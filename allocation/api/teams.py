@@ -44,7 +44,9 @@ class TeamViewSet(ReadOnlyViewSet):
         """Sets usage, fair share and budgets on each team: three queries for the page, not three
         per team."""
         standing = fair_share_standing()
-        held = team_gpus_held([t.pk for t in teams])
+        held: dict[int, int] = {}
+        for (team_id, _), in_pool in team_gpus_held([t.pk for t in teams]).items():
+            held[team_id] = held.get(team_id, 0) + in_pool.gpus
         budgets: dict[str, list[BudgetStatus]] = {}
         for status in budget_statuses(team_ids=[t.pk for t in teams]):
             budgets.setdefault(status.budget.team, []).append(status)

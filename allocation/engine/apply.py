@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from allocation.choices import HOLDING_STATES, LeaseState
+from allocation.choices import LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
 from allocation.leases import AuditRow, leases_end, stop_pending, transition_row
@@ -26,7 +26,6 @@ from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
 from inventory.choices import GpuState
 from inventory.models import Gpu, Pool
 
-S = LeaseState
 ACTOR = "system:scheduler"
 
 # Queue explanations beyond the head of a pool's queue are rewritten at most once per interval
@@ -72,17 +71,18 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
     claimed = bulk_update_columns(
         Lease, [g.lease_id for g in grants], ["reason", "expires_at", "borrowed", "host"],
         [reasons, expires, [g.borrowed for g in grants], [_main_host(g, read.gpu_host) for g in grants]],
-        same={"state": S.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
-        only_if={"state": S.PENDING})
+        same={"state": LeaseState.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
+        only_if={"state": LeaseState.PENDING})
     links: tuple[list[str], list[int]] = ([], [])
     meters: list[tuple[str, int, str, float]] = []
     for grant, reason, expires_at in zip(grants, reasons, expires, strict=True):
         if grant.lease_id not in claimed:  # cancelled since the snapshot: it gets nothing
             continue
         row = read.pending[grant.lease_id]
-        step.audit.append(transition_row(grant.lease_id, S.PENDING, S.GRANTED, actor=ACTOR, reason=reason,
-                                         now=now, extra={"gpus": list(grant.gpu_ids), "borrowed": grant.borrowed}))
-        step.changes.append(LeaseChange(grant.lease_id, pool.pk, row.team_id, S.GRANTED))
+        step.audit.append(transition_row(grant.lease_id, LeaseState.PENDING, LeaseState.GRANTED, actor=ACTOR,
+                                         reason=reason, now=now,
+                                         extra={"gpus": list(grant.gpu_ids), "borrowed": grant.borrowed}))
+        step.changes.append(LeaseChange(grant.lease_id, pool.pk, row.team_id, LeaseState.GRANTED))
         step.granted.append(grant.lease_id)
         step.started.append(RunningView(grant.lease_id, row.team, pool.name, tuple(sorted(grant.gpu_ids)),
                                         row.priority, row.preemptible, now.timestamp(), grant.borrowed,
@@ -123,20 +123,20 @@ def _preempt(pool: Pool, decisions: Decisions, now: datetime, step: Step) -> Non
     chosen = []
     for pre in decisions.preemptions:
         victim = victims.pop(pre.lease_id, None)  # popped: a lease is preempted once
-        if victim is None or victim.state not in HOLDING_STATES:
+        if victim is None or not victim.is_holding:
             continue
         victim.preempted_by_id = pre.by_lease_id
         chosen.append((victim, pre))
     # A bound workload gets its notice and grace (the unbind task frees the GPUs after it);
     # a lease with nothing running on it is ended at once.
-    leases_end([v for v, _ in chosen], S.PREEMPTED, actor=ACTOR, now=now, fields=("preempted_by",),
+    leases_end([v for v, _ in chosen], LeaseState.PREEMPTED, actor=ACTOR, now=now, fields=("preempted_by",),
                reasons=[f"preempted for lease {p.by_lease_id}: {p.reason}" for _, p in chosen], announce=False)
     for victim, pre in chosen:
         (step.ending if victim.ending_since is not None else step.freed).add(pre.lease_id)
         step.audit.append(AuditRow(now, ACTOR, "lease.preempt", "lease", pre.lease_id, pre.lease_id, pre.reason,
                                    {"victim": pre.lease_id, "by": pre.by_lease_id, "victim_team": victim.team.name,
                                     "grace_s": victim.priority_class.grace_s, "cause": pre.kind}))
-        step.changes.append(LeaseChange(pre.lease_id, pool.pk, victim.team_id, S.PREEMPTED))
+        step.changes.append(LeaseChange(pre.lease_id, pool.pk, victim.team_id, LeaseState.PREEMPTED))
         step.preempted.append(pre.lease_id)
         if stop_pending(victim):  # a workload, or a bind that may have started one
             step.to_unbind.append(pre.lease_id)
@@ -188,4 +188,4 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         return 0
     keys, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
     return len(bulk_update_columns(Lease, keys, ["reason", "queue_position", "estimated_start"],
-                                   [reasons, positions, starts], only_if={"state": S.PENDING}))
+                                   [reasons, positions, starts], only_if={"state": LeaseState.PENDING}))

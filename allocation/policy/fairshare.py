@@ -19,9 +19,11 @@ share) fall to the older request, then the lease id.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 LN2 = math.log(2.0)
+K = TypeVar("K", bound=Hashable)  # a team: its name in the policy, its id in allocation.ledger
 
 
 def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
@@ -53,18 +55,26 @@ def _integral(elapsed: float, half_life_s: float) -> float:
     return half_life_s / LN2 * (1.0 - math.pow(0.5, elapsed / half_life_s))
 
 
-def rebuild_ledger(intervals: Iterable[tuple[str, float, float | None, float]], now: float,
-                   half_life_s: float) -> dict[str, float]:
+def interval_usage(gpus: float, start: float, end: float, now: float, half_life_s: float) -> float:
+    """Decayed GPU-seconds at `now` of `gpus` GPUs used from `start` to `end` (<= now): the
+    interval's usage, decayed from its end. Nothing for an empty interval (end <= start). The
+    ledger's one rule for a lease's contribution (allocation.ledger calls it; its SQL twin,
+    `ledger_close_sql`, is held equal by tests/allocation/test_ledger_sql_property.py)."""
+    if end <= start:
+        return 0.0
+    return decay(gpus * _integral(end - start, half_life_s), now - end, half_life_s)
+
+
+def rebuild_ledger(intervals: Iterable[tuple[K, float, float | None, float]], now: float,
+                   half_life_s: float) -> dict[K, float]:
     """Ledger per team at `now` from (team, start, end, gpus) usage intervals, e.g. lease rows
     (end None = still running; intervals are clipped to `now`). Equal to feeding the same
     history to `ledger_update` event by event."""
-    ledger: dict[str, float] = {}
+    ledger: dict[K, float] = {}
     for team, start, end, gpus in intervals:
         stop = now if end is None else min(end, now)
-        if stop <= start:
-            continue
-        value = gpus * _integral(stop - start, half_life_s)
-        ledger[team] = ledger.get(team, 0.0) + decay(value, now - stop, half_life_s)
+        if stop > start:
+            ledger[team] = ledger.get(team, 0.0) + interval_usage(gpus, start, stop, now, half_life_s)
     return ledger
 
 

@@ -15,7 +15,6 @@ from allocation.stopping import pending_stops
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
 from core.errors import Conflict, DomainError
-from inventory.choices import HostState
 from inventory.models import Host
 from inventory.services import host_cordon, host_drain, host_uncordon
 
@@ -64,7 +63,7 @@ def host_forget_workloads(*, host: Host, actor: str, reason: str = "",
     the host answers discovery, unless `force`: there a stop can still succeed, and forgetting
     would hand out GPUs under a running workload. Audited per lease and for the host; returns
     (the forgotten leases' ids, the GPUs freed)."""
-    if host.state != HostState.OFFLINE and not force:
+    if not host.is_offline and not force:
         raise Conflict(f"host {host.name} is {host.state}, not offline: stopping its leases' workloads "
                        "can still succeed; forget them only when it is gone for good (force=true)",
                        code="host_not_offline")

@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
 from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending, transition
-from allocation.models import Budget, Lease, LeaseGpu, PriorityClass, Quota, Team
+from allocation.models import WORKLOAD_MAY_RUN, Budget, Lease, LeaseGpu, PriorityClass, Quota, Team, expired_at
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
@@ -27,8 +27,6 @@ from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
 from inventory.choices import HostState
 from inventory.models import Pool
-
-S = LeaseState
 
 
 def actor_name(user: Any) -> str:
@@ -224,10 +222,10 @@ def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_t
         lease, now = _locked(lease, visible_to)
         if lease.state in END_STATES:
             return lease
-        if lease.state == S.PENDING:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}", now=now)
+        if lease.state == LeaseState.PENDING:
+            lease_end(lease, LeaseState.RELEASED, actor=actor, reason=reason or f"cancelled by {actor}", now=now)
         else:
-            lease_end(lease, S.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
+            lease_end(lease, LeaseState.RELEASED, actor=actor, reason=reason or f"released by {actor}", now=now)
     if lease.ending_since is not None:
         transaction.on_commit(lambda: request_unbind(lease.pk))
     transaction.on_commit(lambda: request_pass(lease.pool_id))
@@ -247,12 +245,12 @@ def lease_renew(*, lease: Lease | Any, actor: str, ttl_seconds: int | None = Non
                         code="keep_requires_admin")
     with transaction.atomic():
         lease, now = _locked(lease, visible_to)
-        if lease.state not in HOLDING_STATES and lease.state != S.PENDING:
+        if not lease.is_renewable:
             raise Conflict(f"a {lease.state} lease cannot be renewed", code="not_renewable")
         ttl = min(ttl_seconds or lease.ttl_seconds, settings.GPUPOOL["MAX_TTL_S"])
         if ttl_seconds:
             lease.ttl_seconds = ttl
-        if lease.state in HOLDING_STATES:
+        if lease.is_holding:
             lease.expires_at = now + timedelta(seconds=ttl)
         fields = ["ttl_seconds", "expires_at"]
         if keep:
@@ -287,12 +285,12 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     now = now or db_now()
     counts = {"expired": 0, "lost": 0, "freed": 0, "requeued": 0}
     pools: set[int] = set()
-    expired = Lease.objects.filter(state__in=HOLDING_STATES, expires_at__lte=now).values_list("pk", flat=True)
+    expired = Lease.objects.filter(expired_at(now)).values_list("pk", flat=True)
     for pk in list(expired[:1000]):
         with transaction.atomic():
             lease = Lease.objects.select_for_update().get(pk=pk)
-            if lease.state in HOLDING_STATES and lease.expires_at and lease.expires_at <= now:
-                lease_end(lease, S.EXPIRED, actor="system:reaper", now=now,
+            if lease.is_expired(now):
+                lease_end(lease, LeaseState.EXPIRED, actor="system:reaper", now=now,
                           reason=f"TTL ran out at {lease.expires_at:%H:%M:%S} UTC without renewal")
                 counts["expired"] += 1
                 pools.add(lease.pool_id)
@@ -308,7 +306,7 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     # (allocation.binding.lease_unbind).
     ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
                                    gpu_links__active=True)
-              .exclude(binding_status__has_key="handle").exclude(binding_status__has_key="bind")
+              .exclude(WORKLOAD_MAY_RUN)
               .select_related("priority_class").distinct())
     due = [lease for lease in ending if lease.ending_since is not None
            and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
@@ -336,10 +334,10 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
     for pk in lease_ids:
         with transaction.atomic():
             lease = Lease.objects.select_for_update(of=("self",)).select_related("host").get(pk=pk)
-            if lease.state not in HOLDING_STATES:
+            if not lease.is_holding:
                 continue
             host = lease.host.name if lease.host else "its host"
-            lease_end(lease, S.LOST, actor="system:inventory", now=now, keep_gpus=False,
+            lease_end(lease, LeaseState.LOST, actor="system:inventory", now=now, keep_gpus=False,
                       reason=f"{reason_prefix}: {host}")
             stranded = None
             if stop_pending(lease):
@@ -353,7 +351,7 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
             if lease.requeue_on_loss:
                 generation = int(lease.binding_status.get("generation") or 0)
                 note = f"; its old workload is being stopped as lease {stranded.pk}" if stranded else ""
-                transition(lease, S.PENDING, actor="system:inventory", now=now,
+                transition(lease, LeaseState.PENDING, actor="system:inventory", now=now,
                            reason=f"requeued after loss of {host}{note}").save()
                 # A later bind is a new generation: named apart from the old workload.
                 lease.binding_status = {"generation": generation + 1} if stranded else {}
@@ -377,7 +375,7 @@ def _strand(lease: Lease, now: datetime) -> Lease:
     twin = Lease(team_id=lease.team_id, user_id=lease.user_id, pool_id=lease.pool_id,
                  priority_class_id=lease.priority_class_id, gpu_count=max(1, gpus.count()),
                  model=lease.model, same_host=lease.same_host, ttl_seconds=lease.ttl_seconds,
-                 host_id=lease.host_id, state=S.LOST, created_at=now, ended_at=now, ending_since=now,
+                 host_id=lease.host_id, state=LeaseState.LOST, created_at=now, ended_at=now, ending_since=now,
                  binding_kind=lease.binding_kind, binding_spec=lease.binding_spec,
                  binding_status={**lease.binding_status, "state": "stopping",
                                  "binding_of": {"lease": str(lease.pk), "generation": generation}},

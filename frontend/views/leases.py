@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 
-from allocation.choices import ACTIVE_STATES, HOLDING_STATES, LeaseState
+from allocation.choices import ACTIVE_STATES
 from allocation.models import AuditEvent, Lease, PriorityClass
 from allocation.selectors import lease_list, team_list
 from allocation.services.leases import lease_release, lease_renew
@@ -77,7 +77,7 @@ def lease_detail(request: HttpRequest, lease_id: str) -> HttpResponse:
         "links": links,
         "events": AuditEvent.objects.filter(lease=lease).order_by("at", "id")[:500],
         "can_act": lease.state in ACTIVE_STATES,
-        "renewable": lease.state in (*HOLDING_STATES, LeaseState.PENDING),
+        "renewable": lease.is_renewable,
         "renew_form": RenewForm(), "release_form": ReleaseForm(),
     })
 

@@ -13,8 +13,9 @@ from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES
 from allocation.engine import build_snapshot, run_pass
 from allocation.engine.snapshot import read_pool
-from allocation.ledger import decayed_interval, half_life_s
+from allocation.ledger import half_life_s
 from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team, UsageLedger
+from allocation.policy.fairshare import decay, interval_usage
 from allocation.policy.types import (
     GpuView,
     PoolView,
@@ -80,12 +81,12 @@ def reference_usage(now):
     """`ledger.team_usage_views` as it was: running leases one by one, counting their active links."""
     h = half_life_s()
     t = now.timestamp()
-    usage = {led.team_id: led.closed_usage * 2 ** (-(t - led.as_of.timestamp()) / h)
+    usage = {led.team_id: decay(led.closed_usage, t - led.as_of.timestamp(), h)
              for led in UsageLedger.objects.all()}
     for team_id, n, granted in (Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=True)
                                 .annotate(n=Count("gpu_links", filter=Q(gpu_links__active=True)))
                                 .values_list("team_id", "n", "granted_at")):
-        usage[team_id] = usage.get(team_id, 0.0) + decayed_interval(n, granted.timestamp(), t, t, h)
+        usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)
     return {name: TeamView(name, weight, usage.get(pk, 0.0))
             for pk, name, weight in Team.objects.values_list("pk", "name", "weight")}
 
