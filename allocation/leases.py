@@ -144,7 +144,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     """End a holding (or pending) lease, in the caller's transaction.
 
     GPUs are freed at once unless a workload is bound or being bound (then the unbind task frees
-    them once it has stopped it, however many attempts that takes: allocation.stopping) or
+    them once it has stopped it, however many attempts that takes: allocation.workloads.stopping) or
     `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
     On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
@@ -154,8 +154,8 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     now = lease.end_time(now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce, workload_gone=workload_gone)
+    from allocation.economy.metering import meter_close, meter_close_sql
     from allocation.ledger import ledger_close, ledger_close_sql
-    from allocation.metering import meter_close, meter_close_sql
 
     if one_statement_writes():
         if not hold:
@@ -201,8 +201,8 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
         kept += hold
         if not hold:
             free.append(lease.pk)
+    from allocation.economy.metering import meter_close
     from allocation.ledger import ledger_close_many
-    from allocation.metering import meter_close
 
     # Each closed at its own end (`Lease.end_time`: never before its grant); the meter clamps the
     # shared `now` to each row's start (its grant) itself.

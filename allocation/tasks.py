@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 
-from allocation.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.leases import audit
 from allocation.ledger_check import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
 from allocation.services.leases import leases_reap
+from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from core.tasks import final_attempt, gpupool_task
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def bind_lease(lease_id: str) -> None:
 @gpupool_task(name="allocation.unbind_lease", soft_time_limit=900, time_limit=960)
 def unbind_lease(lease_id: str) -> None:
     """One attempt at stopping a lease's workload. A failed attempt is recorded on the lease and
-    asks for the next one itself, with backoff, for as long as it takes (allocation.stopping):
+    asks for the next one itself, with backoff, for as long as it takes (allocation.workloads.stopping):
     no Celery retry budget whose last attempt would free GPUs under a running workload."""
     lease_unbind(lease_id)
 

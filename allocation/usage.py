@@ -1,4 +1,4 @@
-"""Reads of the GPU-hour meter (allocation.models_usage.LeaseUsage): the chargeback report and the
+"""Reads of the GPU-hour meter (allocation.models.usage.LeaseUsage): the chargeback report and the
 budgets' usage, as SQL arithmetic over grant intervals clipped to a window.
 
 A meter row covers [started_at, end) where end is its own `ended_at`, else its lease's

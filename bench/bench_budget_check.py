@@ -51,8 +51,8 @@ def main() -> int:
     from django.db import connection, connections
     from django.test.utils import CaptureQueriesContext
 
-    from allocation.apply import config_apply
     from allocation.config import parse_config
+    from allocation.config.apply import config_apply
     from allocation.services.leases import lease_create, lease_release
     from inventory.models import Pool
 

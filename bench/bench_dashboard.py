@@ -44,8 +44,8 @@ def build(hosts: int, pending: int) -> None:
     """The fleet, all of it granted (4-GPU leases), then `pending` requests that must wait."""
     from django.contrib.auth import get_user_model
 
-    from allocation.apply import config_apply
     from allocation.config import parse_config
+    from allocation.config.apply import config_apply
     from allocation.engine import run_pass
     from allocation.models import Lease, PriorityClass, Team
     from inventory.discovery import source_discover

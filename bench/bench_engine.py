@@ -106,8 +106,8 @@ class EngineBench:
         """Apply the bench configuration (pool, teams, quotas, simulated source) and discover it."""
         from django.contrib.auth import get_user_model
 
-        from allocation.apply import config_apply
         from allocation.config import parse_config
+        from allocation.config.apply import config_apply
         from allocation.models import PriorityClass, Team
         from allocation.policy import get_policy
         from inventory.discovery import source_discover

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "examples" / "traces"))
 from generate import generate  # noqa: E402
 
 from allocation.policy.replay import Job  # noqa: E402
-from allocation.simulation import (  # noqa: E402
+from allocation.simulation.replay import (  # noqa: E402
     SimConfig,
     convert_alibaba,
     load_sim_config,

@@ -108,8 +108,8 @@ def api(make_user: Any) -> Any:
 @pytest.fixture
 def demo_fleet(db: Any) -> Iterator[dict[str, Any]]:
     """examples/demo.yaml applied and discovered: 2 pools, 3 teams, 40 simulated GPUs."""
-    from allocation.apply import config_apply
     from allocation.config import load_config_file
+    from allocation.config.apply import config_apply
     from inventory.discovery import source_discover
     from inventory.models import Source
 
@@ -122,8 +122,8 @@ def demo_fleet(db: Any) -> Iterator[dict[str, Any]]:
 @pytest.fixture
 def apply_yaml(db: Any) -> Any:
     """Apply a YAML string as configuration (and discover simulated sources)."""
-    from allocation.apply import config_apply
     from allocation.config import parse_config
+    from allocation.config.apply import config_apply
     from inventory.discovery import source_discover
     from inventory.models import Source
 

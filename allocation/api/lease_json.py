@@ -22,7 +22,7 @@ from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.sql import execute
-from allocation.stopping import stopping_view
+from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
 from inventory.models import Gpu
 

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, PriorityClass, Quota, Team
 from allocation.policy.budgets import THRESHOLDS, BudgetStatus
-from allocation.stopping import stopping_view
+from allocation.workloads.stopping import stopping_view
 from inventory.api.serializers import HostSerializer
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -1,4 +1,4 @@
-"""The chargeback report (`GET usage/`). The view only translates: allocation.chargeback checks,
+"""The chargeback report (`GET usage/`). The view only translates: allocation.economy.chargeback checks,
 scopes and computes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocation.chargeback import UsageQuery, chargeback, report_json
+from allocation.economy.chargeback import UsageQuery, chargeback, report_json
 from allocation.models import LeaseUsage
 from allocation.usage import GROUP_BY
 from core.api.viewsets import ApiViewSet

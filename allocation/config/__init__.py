@@ -1,6 +1,6 @@
 """The declarative YAML configuration: parse and validate, with file positions in every error.
 
-Pure: no Django, no database. `allocation.apply` turns a validated Config into rows. Errors are
+Pure: no Django, no database. `allocation.config.apply` turns a validated Config into rows. Errors are
 collected (not raised one by one) so a user sees every problem of a file at once.
 
 `specs` holds what a file says as plain data, `positions` the YAML reader and the error
@@ -37,7 +37,7 @@ TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler"}
 def parse_config(text: str, filename: str = "<config>") -> Config:
     """Parse and validate one configuration document. Raises ConfigError listing every problem.
 
-    References to pools and teams are checked by `allocation.apply` against the database plus
+    References to pools and teams are checked by `allocation.config.apply` against the database plus
     this file, since a file may refer to names defined by an earlier one.
     """
     data, pos = load_yaml(text, filename)

@@ -95,7 +95,7 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
     bulk_insert_columns(LeaseGpu, ["lease", "gpu", "active"], [links[0], links[1], [True] * len(links[1])])
     # Granted GPUs were schedulable (present, healthy, on a ready host): they are now leased.
     bulk_set(Gpu, links[1], leased=True, state=GpuState.LEASED)
-    # The meter starts with the grant, in the same transaction (allocation.models_usage).
+    # The meter starts with the grant, in the same transaction (allocation.models.usage).
     lease_ids, teams, models, equivs = (list(c) for c in zip(*meters, strict=True)) if meters else ([], [], [], [])
     bulk_insert_columns(LeaseUsage, ["lease", "team", "pool", "model", "gpu_equiv", "started_at"],
                         [lease_ids, teams, [pool.pk] * len(meters), models, equivs, [now] * len(meters)])

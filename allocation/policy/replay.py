@@ -1,5 +1,5 @@
 """The event loop of a trace replay: pure (no I/O, no Django), deterministic, and driven by a
-policy function exactly as the live engine drives it. `allocation.simulation` reads the files
+policy function exactly as the live engine drives it. `allocation.simulation.replay` reads the files
 and states the replay's semantics; this module keeps the clock and the books.
 
 Every pass sees the pools' settings (`Snapshot.pools`, a `PoolView` per pool); the replay keeps
@@ -82,7 +82,7 @@ class Job:
 class Replay:
     """One replay: `run()` once. `placement` maps a job's index to (pool, same_host); `pools`
     holds the pools' settings (a pool it leaves out has `PoolView`'s defaults); `extras` maps a
-    job's index to further fields of its RequestView (`allocation.simulation.request_extras`)."""
+    job's index to further fields of its RequestView (`allocation.simulation.replay.request_extras`)."""
 
     def __init__(self, jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str, float],
                  quotas: Mapping[tuple[str, str], QuotaView],

@@ -11,8 +11,8 @@ from django.db.models import Q
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
 from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending
 from allocation.models import Lease, Quota, Team
-from allocation.stopping import pending_stops
 from allocation.triggers import request_pass, request_unbind
+from allocation.workloads.stopping import pending_stops
 from core.db import db_now, retry_on_deadlock
 from core.errors import Conflict, DomainError
 from inventory.models import Host

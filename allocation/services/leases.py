@@ -303,7 +303,7 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                                                           now=now, pools=pools)
     # Unbound leases preempted with notice: their GPUs come back once the grace has passed.
     # Never those with a workload, or a bind that may have started one: only a stop frees them
-    # (allocation.binding.lease_unbind).
+    # (allocation.workloads.binding.lease_unbind).
     ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
                                    gpu_links__active=True)
               .exclude(WORKLOAD_MAY_RUN)

@@ -1,6 +1,6 @@
 """The usage page: each team's GPU-hours per day as a chart, the chargeback table (with cost when
 prices are set), the teams' budgets, and the same table as a CSV download. Both views ask
-allocation.chargeback, as the API and `manage.py usage` do."""
+allocation.economy.chargeback, as the API and `manage.py usage` do."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
-from allocation.chargeback import UsageQuery, chargeback, chargeback_by_day, report_csv, report_table
+from allocation.economy.chargeback import UsageQuery, chargeback, chargeback_by_day, report_csv, report_table
 from allocation.selectors import team_list
 from allocation.services.budgets import budget_statuses
 from core.errors import DomainError

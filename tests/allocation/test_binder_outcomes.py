@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import get_args
 
 from agents.base import BIND_ENDED, BIND_RUNNING, BIND_STARTING
-from allocation.binding import BindOutcome, ObserveOutcome, UnbindOutcome
 from allocation.choices import END_STATES
+from allocation.workloads.binding import BindOutcome, ObserveOutcome, UnbindOutcome
 
 
 def test_observe_outcomes_are_lease_end_states_or_live_binding_states() -> None:

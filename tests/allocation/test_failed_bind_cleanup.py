@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from agents.k8s_pod_manifest import pod_name
-from allocation.binding import bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.ledger_check import ledger_check
 from allocation.models import Lease
+from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from tests.support.kube import derived_node, running_kube_api
 from tests.support.kube_server import KubeApiServer
 

@@ -17,10 +17,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from allocation import simulation
 from allocation.policy.types import Decisions, GpuView, Snapshot
-from allocation.simulation import convert_alibaba, load_sim_config, load_trace, simulate, write_trace
-from allocation.simulation_live import live_fleet
+from allocation.simulation import replay as simulation
+from allocation.simulation.live import live_fleet
+from allocation.simulation.replay import convert_alibaba, load_sim_config, load_trace, simulate, write_trace
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, Host, Pool, Source
 

@@ -25,12 +25,12 @@ from django.db import connections
 from django.utils import timezone
 
 from agents.ssh_session import HostSpec, SshSession, load_private_key
-from allocation import binding
-from allocation.binding import bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.ledger_check import ledger_check
 from allocation.models import AuditEvent, Lease
 from allocation.services.leases import lease_release, leases_mark_lost, leases_reap
+from allocation.workloads import binding
+from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from inventory.discovery import source_connector, source_discover
 from inventory.models import Gpu, Host, Source
 from tests.support.sshd import FakeHost, SshServer, sshd_missing_reason, write_fleet

@@ -48,9 +48,9 @@ def worker() -> Iterator[threading.Event]:
     one that runs 1 s), and observation of bound workloads. Stops at the end of the test."""
     from django.db import connection
 
-    from allocation.binding import bindings_observe, lease_bind
     from allocation.engine import run_pass
     from allocation.models import Lease
+    from allocation.workloads.binding import bindings_observe, lease_bind
 
     stop = threading.Event()
 

@@ -96,7 +96,7 @@ def test_export_prints_what_apply_reads_and_round_trips() -> None:
     cfg = parse_config(exported, "export.yaml")
     assert {t.name for t in cfg.teams} == {"vision", "nlp", "research"}
     assert {s.name for s in cfg.sources} == {"demo", "demo-a100"}
-    from allocation.apply import config_apply
+    from allocation.config.apply import config_apply
 
     assert config_apply(cfg) == []
     assert Source.objects.get(name="demo").config["gpus_per_host"] == 8

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from allocation.apply import config_apply, config_export
 from allocation.config import ConfigError, parse_config
+from allocation.config.apply import config_apply, config_export
 from inventory.models import Source
 
 SOURCE = ("pools: [{name: k8s}]\nsources:\n  - {name: prod, kind: kubernetes, pool: k8s, "

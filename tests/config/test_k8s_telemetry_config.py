@@ -10,8 +10,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from allocation.apply import config_apply
 from allocation.config import ConfigError, parse_config
+from allocation.config.apply import config_apply
 from inventory.discovery import source_connector
 from inventory.models import Source
 from inventory.secrets import decrypt

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from allocation.apply import config_apply, config_export
 from allocation.config import ConfigError, parse_config
+from allocation.config.apply import config_apply, config_export
 from allocation.models import Quota
 
 BASE = "pools:\n  - {name: p}\nteams:\n  - {name: t}\n"
@@ -107,7 +107,7 @@ def test_export_writes_the_lending_limit_only_when_set_and_round_trips(tmp_path:
 
 
 def test_the_simulator_reads_the_lending_limit_from_the_same_file(tmp_path: Path) -> None:
-    from allocation.simulation import load_sim_config, sim_config_from_dict
+    from allocation.simulation.replay import load_sim_config, sim_config_from_dict
 
     path = tmp_path / "sim.yaml"
     path.write_text("quotas:\n  - {team: t, pool: p, guaranteed: 8, lending_limit: 2}\n"

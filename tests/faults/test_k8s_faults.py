@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from allocation.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.services.leases import leases_reap
+from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from inventory.discovery import source_discover
 from inventory.models import Host, Source
 from inventory.sync import hosts_mark_stale

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from allocation.binding import bindings_observe, lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.models import Lease
+from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from tests.support.kube import derived_node
 
 pytestmark = pytest.mark.django_db

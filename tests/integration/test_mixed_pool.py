@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from allocation.binding import lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.models import Lease
+from allocation.workloads.binding import lease_bind, lease_unbind
 from inventory.discovery import source_discover
 from inventory.models import Gpu, Source
 from tests.support.kube import gpu_node, running_kube_api

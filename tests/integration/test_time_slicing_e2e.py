@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from allocation.binding import lease_bind, lease_unbind
 from allocation.engine import run_pass
 from allocation.models import Lease
+from allocation.workloads.binding import lease_bind, lease_unbind
 from inventory.models import Gpu
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sshd]

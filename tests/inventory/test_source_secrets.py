@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agents.base import Connector, Discovery
-from allocation.apply import config_apply, config_export
 from allocation.config import parse_config
+from allocation.config.apply import config_apply, config_export
 from inventory import secrets
 from inventory.discovery import source_connector
 from inventory.models import Host, Source

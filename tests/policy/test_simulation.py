@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from allocation import simulation
 from allocation.policy import get_policy
 from allocation.policy.measures import jain, percentile
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import Decisions, PoolView, PriorityClassView, QuotaView, Snapshot
-from allocation.simulation import (
+from allocation.simulation import replay as simulation
+from allocation.simulation.replay import (
     TRACE_COLUMNS,
     TraceError,
     convert_alibaba,

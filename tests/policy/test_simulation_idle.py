@@ -10,7 +10,7 @@ import pytest
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.replay import Job
 from allocation.policy.types import PoolView, PriorityClassView
-from allocation.simulation import (
+from allocation.simulation.replay import (
     TraceError,
     fleet_from_config,
     load_sim_config,

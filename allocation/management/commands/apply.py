@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from allocation.apply import config_apply
 from allocation.config import ConfigError, load_config_file
+from allocation.config.apply import config_apply
 
 
 class Command(BaseCommand):

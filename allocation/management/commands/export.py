@@ -5,7 +5,7 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand
 
-from allocation.apply import config_export
+from allocation.config.apply import config_export
 
 
 class Command(BaseCommand):

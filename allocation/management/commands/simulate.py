@@ -1,8 +1,8 @@
 """`manage.py simulate --trace FILE.csv --config FILE.yaml [--policy fifo]`, and
 `manage.py simulate --fleet live --pool P [--config FILE.yaml] TRACE.csv`: replay a job trace
 through the allocation policy on a simulated clock and print one JSON object (CONTRACT.md).
-Thin: reading, replaying and measuring live in `allocation.simulation`, the live fleet in
-`allocation.simulation_live`."""
+Thin: reading, replaying and measuring live in `allocation.simulation.replay`, the live fleet in
+`allocation.simulation.live`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from allocation.config import ConfigError
-from allocation.simulation import TraceError, load_sim_config, load_trace, simulate
-from allocation.simulation_live import LiveFleetError, live_fleet
+from allocation.simulation.live import LiveFleetError, live_fleet
+from allocation.simulation.replay import TraceError, load_sim_config, load_trace, simulate
 
 
 class Command(BaseCommand):

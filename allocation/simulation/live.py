@@ -5,7 +5,7 @@ field a scheduling pass gives the policy about a GPU (its host, model, memory, M
 time-slicing, versions, the workloads its source starts, its placement domain, and whatever
 `GpuView` carries next) reaches the replay unchanged: the simulator asks the very question a
 pass would, of the very same views. The replay adds only the tags of its trace's selectors
-(`allocation.simulation_where.tag_fleet`), as a pass adds those of its pending leases'.
+(`allocation.simulation.where.tag_fleet`), as a pass adds those of its pending leases'.
 
 What the replay is (README, "Simulating the live fleet"): a what-if of the pool's *capacity*,
 not of its current leases. Every GPU the engine would call schedulable (host ready, healthy, not
@@ -28,7 +28,7 @@ from django.utils import timezone
 from allocation.engine.snapshot import read_pool
 from allocation.models import PoolScheduling, PriorityClass
 from allocation.policy.types import GpuView, PoolView
-from allocation.simulation import SimConfig
+from allocation.simulation.replay import SimConfig
 from inventory.models import Gpu, Host, Pool
 
 

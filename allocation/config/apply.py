@@ -13,14 +13,14 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from allocation.apply_budgets import (
+from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
+from allocation.config.apply_budgets import (
     apply_budgets,
     apply_prices,
     export_budgets,
     export_prices,
     prune_budgets_and_prices,
 )
-from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
 from allocation.config.idle import idle_reclaim_export
 from allocation.leases import audit
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team

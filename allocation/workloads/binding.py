@@ -5,7 +5,7 @@ function is idempotent, so Celery may retry it or run it twice on two workers.
 
 A lease's GPUs come back only once its workload is known to be over: observed ended, or stopped
 by `lease_unbind`, which retries a failed stop with backoff for as long as it takes (the lease
-shows `stopping` meanwhile; allocation.stopping), or forgotten by an admin whose host is gone for
+shows `stopping` meanwhile; allocation.workloads.stopping), or forgotten by an admin whose host is gone for
 good. Before it asks the host, a bind marks the lease (`binding_status.bind`): from then on an
 end keeps the GPUs, since a bind whose reply is lost may have started the workload all the same;
 and a bind that failed has what it may have left deleted by name (`Connector.bind_handle`).
@@ -32,11 +32,11 @@ from agents.base import (
     BindRequest,
     Connector,
 )
-from allocation import stopping
 from allocation.choices import END_STATES, LeaseState
 from allocation.leases import audit, lease_end, lease_free_gpus, transition
 from allocation.models import Lease
 from allocation.triggers import request_pass, request_unbind
+from allocation.workloads import stopping
 from inventory.discovery import source_connector
 
 logger = logging.getLogger(__name__)
@@ -363,7 +363,7 @@ def _ended_reason(lease: Lease, status: BindingStatus) -> tuple[Literal["release
 
 
 def bindings_observe() -> dict[str, int]:
-    """Observe every bound lease; ask again for stops that are due (allocation.stopping.stop_due:
+    """Observe every bound lease; ask again for stops that are due (allocation.workloads.stopping.stop_due:
     a retry whose message was lost, a host back after failed attempts)."""
     counts: dict[str, int] = {}
     for lease in Lease.objects.filter(state=LeaseState.BOUND).select_related("host__source"):

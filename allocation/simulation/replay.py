@@ -20,7 +20,7 @@ No Django. Semantics of the replay (the contract of `simulate`):
   multi-host gang. Its pool is the first pool (config order) with a GPU of its model large
   enough for it. Only GPUs the policy finds eligible for it count: its model, and where the
   trace says so the workload kind it binds and the source it is steered to
-  (`allocation.simulation_where`), which the policy then honours as for a lease.
+  (`allocation.simulation.where`), which the policy then honours as for a lease.
 The metrics, fairness included, are defined in `allocation.policy.replay`.
 """
 
@@ -44,7 +44,7 @@ from allocation.policy.idle import IdleReclaim
 from allocation.policy.matching import Constraint, GroupKey, Kind, kind_eligible, kind_of, model_alternatives
 from allocation.policy.replay import Job, Replay
 from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
-from allocation.simulation_where import BINDINGS, TraceError, check_sources, request_extras, tag_fleet
+from allocation.simulation.where import BINDINGS, TraceError, check_sources, request_extras, tag_fleet
 
 TRACE_COLUMNS = ("submit_s", "team", "gpus", "duration_s", "priority_class", "model", "util_pct")
 # Optional columns for mixed pools: the workload kind a job binds, and the source it is steered to.

@@ -1,4 +1,4 @@
-"""`budgets:` and `prices:` of the configuration into rows, and back (allocation.apply calls these
+"""`budgets:` and `prices:` of the configuration into rows, and back (allocation.config.apply calls these
 in its one transaction). A budget is named by (team, pool, period); its standing columns are the
 refresh's (allocation.services.budgets), never the file's."""
 

@@ -370,5 +370,5 @@ class Reservation(models.Model):
 
 
 # Metering, budgets and prices live in their own module; imported here so Django registers them.
-from allocation.models_usage import Budget, LeaseUsage, Price  # noqa: E402, F401
+from allocation.models.usage import Budget, LeaseUsage, Price  # noqa: E402, F401
 
