@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
@@ -19,12 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
 def test_database_url() -> str:
     """The URL of the database the tests are using right now (the test_ database)."""
     db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        host = db.get("HOST") or "127.0.0.1"
-        port = db.get("PORT") or 5432
-        user = db.get("USER") or "postgres"
-        return f"postgres://{user}@{host}:{port}/{db['NAME']}"
-    return f"sqlite:///{db['NAME']}"
+    host = db.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):  # a Unix socket directory (the embedded server): URL-encoded as the host
+        host = quote(host, safe="")
+    port = db.get("PORT") or 5432
+    user = db.get("USER") or "postgres"
+    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
 
 
 def process_env(**extra: str) -> dict[str, str]:
