@@ -22,7 +22,7 @@ from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu
 from inventory.services import gpu_state_sql
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 
 def expected_state(*, host_state: str | None, gone: bool, leased: bool, health: str, foreign: bool) -> str:
