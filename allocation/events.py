@@ -7,9 +7,6 @@ and a spurious one costs a read, never a wrong answer. Entries are written after
 (`transaction.on_commit`), in commit order, so a stream id is a resume point like a Kubernetes
 resourceVersion. The stream is capped (`MAXLEN ~ STREAM_MAXLEN`); a watcher asking to resume from
 an id older than the cap is told so (410) and re-lists.
-
-Without Redis (the embedded mode) nothing is published and watchers fall back to reading the audit
-log, whose ids are in commit order there because SQLite has one writer at a time.
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
@@ -43,16 +41,22 @@ class LeaseChange:
                 "state": self.state}
 
 
-def redis_client() -> Any:
-    """One Redis client per process (thread-safe connection pool), or None in embedded mode."""
-    global _client
+def redis_url() -> str:
+    """settings.REDIS_URL: always set (a configured server, or the embedded one core.embedded
+    starts); its absence is a broken configuration, not a mode."""
     url = getattr(settings, "REDIS_URL", None)
     if not url:
-        return None
+        raise ImproperlyConfigured("REDIS_URL is not set: the lease change stream needs Redis")
+    return str(url)
+
+
+def redis_client() -> Any:
+    """One Redis client per process (thread-safe connection pool) for settings.REDIS_URL."""
+    global _client
     if _client is None:
         import redis
 
-        _client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2,
+        _client = redis.Redis.from_url(redis_url(), socket_timeout=2, socket_connect_timeout=2,
                                        health_check_interval=30)
     return _client
 
@@ -62,7 +66,7 @@ def announce(changes: Iterable[LeaseChange]) -> None:
     A failure to publish is logged and swallowed: watchers time out and re-read, nothing is lost
     from the ledger."""
     batch = list(changes)
-    if batch and redis_client() is not None:
+    if batch:
         transaction.on_commit(lambda: publish(batch))
 
 
@@ -72,11 +76,10 @@ def announce_lease(lease: Any) -> None:
 
 
 def publish(batch: list[LeaseChange]) -> None:
-    client = redis_client()
-    if client is None or not batch:
+    if not batch:
         return
     try:
-        with client.pipeline(transaction=False) as pipe:
+        with redis_client().pipeline(transaction=False) as pipe:
             for change in batch:
                 pipe.xadd(STREAM, change.fields(), maxlen=STREAM_MAXLEN, approximate=True)
             pipe.execute()

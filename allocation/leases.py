@@ -14,17 +14,17 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from allocation.choices import END_STATES, LeaseState
 from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
-from allocation.sql import Statement, execute_as_one, insert_sql, one_statement_writes, update_sql
+from allocation.sql import Statement, execute_as_one, insert_sql, update_sql
 from core.errors import Conflict
 from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu, Host
-from inventory.services import gpu_refresh_states, gpu_state_sql
+from inventory.services import gpu_state_sql
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     LeaseState.PENDING: frozenset({LeaseState.GRANTED, LeaseState.RELEASED, LeaseState.FAILED}),
@@ -147,36 +147,26 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     them once it has stopped it, however many attempts that takes: allocation.workloads.stopping) or
     `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
-    On PostgreSQL everything it writes (the lease, its audit event, the fair-share ledger, the
+    Everything it writes (the lease, its audit event, the fair-share ledger, the
     GPU-hour meter, the freed links and GPUs) is one statement. A `now` before the lease's grant
     counts as the grant's time (`Lease.end_time`). `workload_gone`: its workload is known to have ended
     (observed): nothing to stop, the GPUs are freed with the end."""
     now = lease.end_time(now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        announce=announce, workload_gone=workload_gone)
-    from allocation.economy.metering import meter_close, meter_close_sql
-    from allocation.ledger import ledger_close, ledger_close_sql
+    from allocation.economy.metering import meter_close_sql
+    from allocation.ledger import ledger_close_sql
 
-    if one_statement_writes():
-        if not hold:
-            lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
-        ctes = [("ended_lease", update_sql(lease)), ("end_event", insert_sql(event))]
-        if lease.granted_at is not None:
-            ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
-                                                    granted_at=lease.granted_at, ended_at=now)))
-            ctes.append(("meter", meter_close_sql(lease.pk, now)))
-        if not hold:
-            ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
-        execute_as_one(ctes)
-        return
-    if lease.granted_at is not None:
-        ledger_close(team_id=lease.team_id, gpus=lease.gpu_count, granted_at=lease.granted_at,
-                     ended_at=now)
-        meter_close([lease.pk], now)
-    lease.save()
-    event.save()
     if not hold:
-        lease_free_gpus([lease.pk])
+        lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
+    ctes = [("ended_lease", update_sql(lease)), ("end_event", insert_sql(event))]
+    if lease.granted_at is not None:
+        ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
+                                                granted_at=lease.granted_at, ended_at=now)))
+        ctes.append(("meter", meter_close_sql(lease.pk, now)))
+    if not hold:
+        ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
+    execute_as_one(ctes)
 
 
 # What ending a lease writes on its row (`transition` to an end state, then `_end`).
@@ -218,7 +208,7 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
 
 def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> list[tuple[str, Statement]]:
     """lease_free_gpus as CTEs: links deactivated, GPUs unleased with their state derived again
-    (the rule of inventory.services.gpu_derive_state, in SQL), `ending_since` cleared. The
+    (the rule of inventory.services.gpu_state_sql), `ending_since` cleared. The
     CTE `freed_links` returns the GPU ids."""
     ids = [Lease._meta.pk.get_db_prep_value(pk, connection) for pk in lease_ids]
     links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
@@ -248,18 +238,9 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
 
 
 def lease_free_gpus(lease_ids: Sequence[Any]) -> int:
-    """Deactivate the GPU links of ended leases and mark their GPUs free again."""
-    if one_statement_writes():
-        return int(execute_as_one(_free_gpus_ctes(lease_ids), ("SELECT count(*) FROM freed_links", []))[0][0])
-    with transaction.atomic():
-        gpu_ids = list(LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True)
-                       .values_list("gpu_id", flat=True))
-        LeaseGpu.objects.filter(lease_id__in=lease_ids, active=True).update(active=False)
-        Lease.objects.filter(pk__in=lease_ids).update(ending_since=None)
-        if gpu_ids:
-            Gpu.objects.filter(pk__in=gpu_ids).update(leased=False)
-            gpu_refresh_states(Gpu.objects.filter(pk__in=gpu_ids))
-    return len(gpu_ids)
+    """Deactivate the GPU links of ended leases and mark their GPUs free again (one statement);
+    returns how many links were freed."""
+    return int(execute_as_one(_free_gpus_ctes(lease_ids), ("SELECT count(*) FROM freed_links", []))[0][0])
 
 
 def bulk_audit(events: Iterable[AuditEvent]) -> None:

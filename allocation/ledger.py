@@ -45,14 +45,10 @@ def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[s
             for pk, name, weight, _, _ in teams}
 
 
-def ledger_close(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> None:
-    """Fold an ended lease into its team's closed usage (called when a lease ends)."""
-    ledger_close_many([(team_id, gpus, granted_at, ended_at)])
-
-
 def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:
-    """`ledger_close` for many ended leases, given as (team_id, gpus, granted_at, ended_at), in
-    order: one locking read of the teams' ledgers and one write per team touched. Nothing for none."""
+    """Fold ended leases into their teams' closed usage, given as (team_id, gpus, granted_at,
+    ended_at), in order: one locking read of the teams' ledgers and one write per team touched.
+    Nothing for none."""
     ended = list(ended)
     if not ended:
         return
@@ -76,13 +72,13 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
 
 
 def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> tuple[str, list[Any]]:
-    """`ledger_close` as one upsert statement (for a data-modifying CTE, see allocation.sql): the
-    same arithmetic, done by the database on the locked ledger row, with the half-life read in the
-    same statement. With t = max(ended_at, as_of):
+    """`ledger_close_many` of one lease as one upsert statement (for a data-modifying CTE, see
+    allocation.sql): the same arithmetic, done by the database on the locked ledger row, with the
+    half-life read in the same statement. With t = max(ended_at, as_of):
         closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
-    (the second term is 0 when end ≤ start). tests/allocation/test_one_statement_writes.py checks
-    that both give the same ledger, tests/allocation/test_ledger_sql_property.py that it is the
-    policy's arithmetic (`decay`, `interval_usage`) for any lease and ledger."""
+    (the second term is 0 when end ≤ start). tests/allocation/test_sql_writes.py checks that both
+    give the same ledger, tests/allocation/test_ledger_sql_property.py that it is the policy's
+    arithmetic (`decay`, `interval_usage`) for any lease and ledger."""
     default_h = SchedulerSettings._meta.get_field("fair_share_half_life_hours").default
     h = (f"((SELECT COALESCE(MAX(fair_share_half_life_hours), {float(default_h)!r}) "
          f"FROM {SchedulerSettings._meta.db_table} WHERE id = 1) * 3600.0)")

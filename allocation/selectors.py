@@ -6,7 +6,6 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, NamedTuple, cast
 
-from django.db import connection
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -62,7 +61,7 @@ def as_lease_id(value: Any) -> uuid.UUID | None:
 
 def lease_row(lease_id: Any, *, visible_to: Any = None, lock: bool = False) -> dict[str, Any] | None:
     """One lease as a values() row: every column (LEASE_FIELDS), the names of what it refers to
-    (with_names) and, on PostgreSQL, its GPU links (with_gpus). None when it does not exist, when
+    (with_names) and its GPU links (with_gpus). None when it does not exist, when
     `lease_id` is no UUID or, with `visible_to`, when that user may not see it. With `lock`, its
     row is locked FOR UPDATE (inside the caller's transaction). One query, compiled once per
     process: it is the read of every lease request (see allocation.sql.compiled_values)."""
@@ -97,11 +96,8 @@ def with_names(queryset: QuerySet[Any]) -> QuerySet[Any]:
 
 
 def with_gpus(queryset: QuerySet[Any]) -> QuerySet[Any]:
-    """On PostgreSQL, annotate each lease with its GPU links (UUIDs, and whether each is active,
-    in the order the API lists them), so rows render without a query of their own. Elsewhere
-    the queryset is returned unchanged and rendering reads the links in one extra query."""
-    if connection.vendor != "postgresql":
-        return queryset
+    """Annotate each lease with its GPU links (UUIDs, and whether each is active, in the order
+    the API lists them), so rows render without a query of their own."""
     from django.contrib.postgres.expressions import ArraySubquery
 
     links = LeaseGpu.objects.filter(lease_id=OuterRef("pk")).order_by("gpu__host_id", "gpu__index", "pk")

@@ -5,8 +5,6 @@ trip (and a query to plan) each, inside BEGIN … COMMIT. Joined into one `WITH 
 statement it is one round trip, atomic by itself. Rows are written exactly as Model.save() would
 write them (every concrete field, through its own `pre_save` and `get_db_prep_save`), so callers
 keep building model instances with the ordinary state-machine code and only the writing changes.
-Callers check `one_statement_writes()` and fall back to save() elsewhere (SQLite has no
-data-modifying CTEs).
 """
 
 from __future__ import annotations
@@ -26,10 +24,6 @@ from django.db.models import QuerySet
 
 Statement = tuple[str, list[Any]]
 _lock = threading.Lock()
-
-
-def one_statement_writes() -> bool:
-    return connection.vendor == "postgresql"
 
 
 def _quote(name: str | None) -> str:
@@ -87,13 +81,13 @@ _PLACEHOLDER = re.compile(r"%%|%s")
 
 
 def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
-    """cur.execute(sql, params), as a prepared statement on PostgreSQL (GPUPOOL["PREPARED_STATEMENTS"],
+    """cur.execute(sql, params), as a prepared statement (GPUPOOL["PREPARED_STATEMENTS"],
     default on): PostgreSQL then parses and plans it once per connection instead of every time,
     which is most of its cost for the small statements of the hot lease requests (~0.3 ms of
     ~0.35 ms for a lease read). The first use on a connection sends PREPARE and EXECUTE together
     (one round trip). Prepared statements live as long as the session: turn them off behind a
     pooler in transaction mode (PgBouncer), which hands sessions around."""
-    if connection.vendor != "postgresql" or not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
+    if not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
         cur.execute(sql, params)
         return
     raw = connection.connection  # this thread's session (`connection` is a proxy shared by all)
@@ -182,7 +176,7 @@ def compiled_values(key: str, build: Callable[..., QuerySet[Any]], **values: Any
     whose values cannot be traced to its parameters is run uncompiled, every time."""
     shape = tuple((name, v if v is None or isinstance(v, bool) or not isinstance(v, str | int | uuid.UUID)
                    else type(v).__name__) for name, v in values.items())
-    cache_key = (key, connection.alias, connection.vendor, shape)
+    cache_key = (key, connection.alias, shape)
     if cache_key not in _templates:
         template = _compile(build, values)
         with _lock:

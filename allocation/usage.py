@@ -3,8 +3,7 @@ budgets' usage, as SQL arithmetic over grant intervals clipped to a window.
 
 A meter row covers [started_at, end) where end is its own `ended_at`, else its lease's
 `ended_at` (a safety net: every end of a lease closes its row), else now (the lease holds its
-GPUs). Its GPU-hours within a window [since, until) are gpu_equiv × the overlap. The same SQL runs
-on PostgreSQL and SQLite (a few dialect snippets, as in allocation.engine.snapshot).
+GPUs). Its GPU-hours within a window [since, until) are gpu_equiv × the overlap.
 """
 
 from __future__ import annotations
@@ -25,25 +24,6 @@ GROUP_BY = ("team", "pool", "model", "user", "day")
 MAX_DAYS = 400  # a `group_by=day` report covers at most this many days (one bucket each)
 
 
-def _dialect() -> dict[str, str]:
-    if connection.vendor == "postgresql":
-        return {"ts": "%s::timestamptz", "greatest": "GREATEST", "least": "LEAST"}
-    return {"ts": "%s", "greatest": "MAX", "least": "MIN"}
-
-
-def _seconds(later: str, earlier: str) -> str:
-    if connection.vendor == "postgresql":
-        return f"EXTRACT(EPOCH FROM ({later}) - ({earlier}))::float8"
-    return f"((julianday({later}) - julianday({earlier})) * 86400.0)"
-
-
-def _param(moment: datetime) -> Any:
-    """A datetime as this database compares it (SQLite: naive UTC text)."""
-    if connection.vendor == "postgresql":
-        return moment
-    return connection.ops.adapt_datetimefield_value(moment)
-
-
 _KEYS = {"team": "t.name", "pool": "p.name", "model": "u.model", "user": "usr.{username}", "day": "b.n",
          "team_id": "u.team_id", "pool_id": "u.pool_id"}
 
@@ -52,15 +32,15 @@ def _aggregate(buckets: Sequence[tuple[datetime, datetime]], keys: Sequence[str]
                team_ids: Sequence[int] | None, pool_id: int | None) -> list[tuple[Any, ...]]:
     """(key values…, GPU-seconds, GPU-equivalents held now) per distinct key within each bucket
     [b0, b1), over meter rows of `team_ids` (None: all) and `pool_id` (None: all). One query."""
-    d = _dialect()
     user_model = get_user_model()
-    end = f"COALESCE(u.ended_at, l.ended_at, {d['ts']})"
-    clipped = _seconds(f"{d['least']}({end}, b.b1)", f"{d['greatest']}(u.started_at, b.b0)")
-    values = ", ".join(f"({i}, {d['ts']}, {d['ts']})" for i in range(len(buckets)))
+    end = "COALESCE(u.ended_at, l.ended_at, %s::timestamptz)"
+    clipped = f"EXTRACT(EPOCH FROM LEAST({end}, b.b1) - GREATEST(u.started_at, b.b0))::float8"
+    values = ", ".join(f"({i}, %s::timestamptz, %s::timestamptz)" for i in range(len(buckets)))
     cols = [_KEYS[k].format(username=user_model.USERNAME_FIELD) for k in keys]
-    where, params = [], [p for b0, b1 in buckets for p in (_param(b0), _param(b1))]
+    where: list[str] = []
+    params: list[Any] = [p for b0, b1 in buckets for p in (b0, b1)]
     held = "SUM(CASE WHEN u.ended_at IS NULL AND l.ended_at IS NULL THEN u.gpu_equiv ELSE 0 END)"
-    params += [_param(now), _param(now)]
+    params += [now, now]
     if team_ids is not None:
         where.append(f"u.team_id IN ({', '.join(['%s'] * len(team_ids))})" if team_ids else "1 = 0")
         params += list(team_ids)

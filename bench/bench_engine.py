@@ -198,9 +198,8 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
         has none, and the planner then guesses a handful of rows per table)."""
         from django.db import connection
 
-        if self.vendor == "postgresql":
-            with connection.cursor() as cur:
-                cur.execute("ANALYZE")
+        with connection.cursor() as cur:
+            cur.execute("ANALYZE")
 
     def fitting_sizes(self) -> list[int]:
         """`--requests` sizes of 1-4 GPUs that together fit the fleet."""
@@ -237,10 +236,9 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
         print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
         print(f"pass granting {len(report.granted):5d} leases ({links} link rows): {grant_s * 1000:7.1f} ms "
               f"({grant_s / policy_s:5.1f}× policy)  {len(sqls)} SQL queries, {_writes(sqls)} writes")
-        if self.vendor == "postgresql":
-            floor_s = _insert_floor(connection, links)
-            print(f"raw SQL floor: one multi-row INSERT of {links} link rows: {floor_s * 1000:7.1f} ms "
-                  f"({floor_s / policy_s:5.1f}× policy)")
+        floor_s = _insert_floor(connection, links)
+        print(f"raw SQL floor: one multi-row INSERT of {links} link rows: {floor_s * 1000:7.1f} ms "
+              f"({floor_s / policy_s:5.1f}× policy)")
         return grant_s
 
     def fill_with_backlog(self) -> None:
@@ -282,10 +280,9 @@ sources: [{{name: sim, kind: simulated, pool: bench, hosts: {args.hosts}, gpus_p
               f"({cold_s / policy_s:5.1f}× policy)  {len(cold_sqls)} SQL queries, {_writes(cold_sqls)} writes")
         print(f"no-change pass ({idle_report.pending} pending, median of {args.repeat}): {idle_s * 1000:7.1f} ms "
               f"({idle_s / policy_s:5.1f}× policy)  {len(idle_sqls)} SQL queries, {_writes(idle_sqls)} writes")
-        if self.vendor == "postgresql":
-            read_s = timed(lambda: _read_floor(connection, self.pool.pk), args.repeat)
-            print(f"raw SQL floor: raw-cursor read of the pool's GPU and holding-lease rows: {read_s * 1000:7.1f} ms "
-                  f"({read_s / policy_s:5.1f}× policy)")
+        read_s = timed(lambda: _read_floor(connection, self.pool.pk), args.repeat)
+        print(f"raw SQL floor: raw-cursor read of the pool's GPU and holding-lease rows: {read_s * 1000:7.1f} ms "
+              f"({read_s / policy_s:5.1f}× policy)")
         if any(_writes(r[2]) for r in runs) or any(r[1].granted or r[1].preempted for r in runs):
             print("WARNING: the no-change pass changed something")
         return idle_s

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import ParamSpec, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.utils import timezone
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,16 +28,13 @@ SOURCE_LOCKS = 0x6773  # "gs": one discovery sync of a source at a time
 
 def advisory_xact_lock(namespace: int, key: int) -> datetime:
     """Hold a PostgreSQL advisory lock on (`namespace`, `key`) until the current transaction ends;
-    whoever asks next waits for it. Call inside `transaction.atomic()`. On SQLite it does nothing:
-    its IMMEDIATE transactions already let one writer in at a time.
+    whoever asks next waits for it. Call inside `transaction.atomic()`.
 
     Returns the database's clock once the lock is held (`db_now`), read in the same query, so a
     pass deciding by that clock pays no query for it."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [(namespace << 48) | key])
-            return cast(datetime, cur.fetchone()[1])
-    return timezone.now()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [(namespace << 48) | key])
+        return cast(datetime, cur.fetchone()[1])
 
 
 def db_now() -> datetime:
@@ -48,14 +44,11 @@ def db_now() -> datetime:
     set by the web server on renewal, checked by a worker's reaper; a host's `offline_since`
     set by one worker's discovery, checked by another's) must read one clock, or a web server
     and a worker whose clocks disagree by minutes end leases minutes early or late. The database
-    is the one clock every process shares. On SQLite (embedded mode: one machine, one clock)
-    it is this process's clock.
+    is the one clock every process shares.
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SELECT clock_timestamp()")
-            return cast(datetime, cur.fetchone()[0])
-    return timezone.now()
+    with connection.cursor() as cur:
+        cur.execute("SELECT clock_timestamp()")
+        return cast(datetime, cur.fetchone()[0])
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -2,9 +2,8 @@
 
 Django's `bulk_update` builds one `CASE WHEN id=… THEN …` per field and row and needs model
 instances; for 16,000 GPUs that costs seconds in query compilation and object construction alone.
-On PostgreSQL we send `UPDATE … FROM (VALUES …)` instead, from plain dicts or instances, through
-Django's cursor (so it is counted and logged like any query); other databases fall back to
-`bulk_update`.
+We send `UPDATE … FROM (VALUES …)` instead, from plain dicts or instances, through Django's
+cursor (so it is counted and logged like any query).
 """
 
 from __future__ import annotations
@@ -63,11 +62,6 @@ def bulk_update_fast(model: type[models.Model], rows: Iterable[Any], fields: Seq
     meta = model._meta
     pk = meta.pk
     cols = _fields(model, fields)
-    if connection.vendor != "postgresql":
-        objs = [r if isinstance(r, models.Model) else model(pk=r["pk"], **{
-            f.attname: _get(r, f) for f in cols}) for r in rows]
-        model._default_manager.bulk_update(objs, [f.name for f in cols], batch_size=1000)
-        return len(rows)
     assignments = ", ".join(f"{_column(f)} = v.{_column(f)}" for f in cols)
     names = ", ".join(_column(c) for c in [pk, *cols])
     # Every placeholder is cast: VALUES infers types from the first row, where NULLs would be text.
@@ -132,18 +126,13 @@ def _array_params(fields: Sequence[Field[Any, Any]],
 def bulk_insert_columns(model: type[models.Model], fields: Sequence[str],
                         columns: Sequence[Sequence[Any]]) -> int:
     """INSERT rows given column by column (`columns[i]` holds every row's value of `fields[i]`,
-    as the model would take it: dicts for JSON, str or UUID for UUIDs). On PostgreSQL one
-    statement (`INSERT … SELECT FROM unnest(arrays)`, parsed once whatever the row count); other
-    databases get `bulk_create`. Returns the number of rows; no statement when there are none."""
+    as the model would take it: dicts for JSON, str or UUID for UUIDs), in one statement
+    (`INSERT … SELECT FROM unnest(arrays)`, parsed once whatever the row count). Returns the
+    number of rows; no statement when there are none."""
     n = len(columns[0]) if columns else 0
     if not n:
         return 0
     cols = _fields(model, fields)
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_create(
-            [model(**{f.attname: column[i] for f, column in zip(cols, columns, strict=True)}) for i in range(n)],
-            batch_size=1000)
-        return n
     casts, params = _array_params(cols, columns)
     names = ", ".join(_column(f) for f in cols)
     with connection.cursor() as cursor:
@@ -159,8 +148,7 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
     `bulk_insert_columns`) and the fields of `same` to one value on every row, only on rows that
     also match `only_if` (field=value, checked by the UPDATE itself, so a row changed meanwhile by
     another transaction is left alone). Returns the keys (as str) of the rows written; no
-    statement for no keys. PostgreSQL: one `UPDATE … FROM unnest(arrays)`; other databases: a
-    read of the matching keys, then `bulk_update` (their writers are serialised anyway)."""
+    statement for no keys. One `UPDATE … FROM unnest(arrays)`."""
     if not keys:
         return set()
     meta = model._meta
@@ -170,15 +158,6 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
     only_if = only_if or {}
     same_fields = list(zip(_fields(model, same), same.values(), strict=True))
     conditions = list(zip(_fields(model, only_if), only_if.values(), strict=True))
-    if connection.vendor != "postgresql":
-        match = set(model._default_manager.filter(pk__in=list(keys), **{f.name: v for f, v in conditions})
-                    .values_list("pk", flat=True))
-        objs = [model(pk=key, **{f.attname: column[i] for f, column in zip(cols, columns, strict=True)},
-                      **{f.attname: value for f, value in same_fields})
-                for i, key in enumerate(keys) if pk.to_python(key) in match]
-        model._default_manager.bulk_update(objs, [f.name for f in [*cols, *(f for f, _ in same_fields)]],
-                                           batch_size=1000)
-        return {str(obj.pk) for obj in objs}
     casts, params = _array_params([pk, *cols], [keys, *columns])
     names = ", ".join(_column(f) for f in [pk, *cols])
     assignments = ", ".join([*(f"{_column(f)} = v.{_column(f)}" for f in cols),
@@ -195,11 +174,9 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
 
 def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> int:
     """Set the same `values` on the rows whose primary keys are `keys`: one UPDATE, with the keys
-    as one array parameter on PostgreSQL. Returns the number of rows; no statement for no keys."""
+    as one array parameter. Returns the number of rows; no statement for no keys."""
     if not keys:
         return 0
-    if connection.vendor != "postgresql":
-        return model._default_manager.filter(pk__in=list(keys)).update(**values)
     meta = model._meta
     fields = _fields(model, values)
     assignments = ", ".join(f"{_column(f)} = %s" for f in fields)

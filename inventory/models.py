@@ -110,7 +110,7 @@ class Host(models.Model):
 
 
 class Gpu(models.Model):
-    """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_derive_state) from
+    """A GPU or a MIG slice. `state` is derived (see inventory.services.gpu_state_sql) from
     the host's state and the GPU's own flags, and stored so lists can filter on it."""
 
     # Unique across all sources: the NVIDIA UUID where known, else one qualified by the source

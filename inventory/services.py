@@ -13,28 +13,13 @@ from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
 
 
-def gpu_derive_state(*, host_state: str | None, gone: bool, leased: bool, health: str, foreign: bool) -> str:
-    """The one rule for a GPU's state. A vanished GPU or an offline host is offline; a held GPU
-    shows leased even on a cordoned host (it is still in use); then health, foreign use, cordon.
-    A host state of None (as SQL's NULL in `gpu_state_sql`) is neither offline nor cordoned."""
-    if gone or host_state == HostState.OFFLINE:
-        return GpuState.OFFLINE
-    if leased:
-        return GpuState.LEASED
-    if health == Health.UNHEALTHY:
-        return GpuState.UNHEALTHY
-    if foreign:
-        return GpuState.FOREIGN
-    if host_state in (HostState.CORDONED, HostState.DRAINING):
-        return GpuState.CORDONED
-    return GpuState.FREE
-
-
 def gpu_state_sql(*, gpu: str, host_state: str, leased: str | None = None) -> str:
-    """`gpu_derive_state` as a SQL expression, for set-based writes: `gpu` is the alias of an
-    inventory_gpu row, `host_state` an expression for its host's state, `leased` an expression
-    to use instead of the row's own flag (e.g. "false" in an UPDATE that clears it). The same rule,
-    clause for clause; tests/allocation/test_one_statement_writes.py checks every combination."""
+    """The one rule for a GPU's state, as a SQL expression for set-based writes. A vanished GPU
+    or an offline host is offline; a held GPU shows leased even on a cordoned host (it is still in
+    use); then health, foreign use, cordon. A NULL host state is neither offline nor cordoned.
+    `gpu` is the alias of an inventory_gpu row, `host_state` an expression for its host's state,
+    `leased` an expression to use instead of the row's own flag (e.g. "false" in an UPDATE that
+    clears it). tests/allocation/test_sql_writes.py checks every combination."""
     def col(name: str) -> str:
         return f"{gpu}.{quoted_column(Gpu, name)}"
 
@@ -54,18 +39,16 @@ def gpu_refresh_states(gpus: QuerySet[Gpu]) -> int:
     """Recompute and store `state` for the given GPUs; writes only rows that change.
 
     One UPDATE that derives each state from the row as it finds it (`gpu_state_sql`), not a read
-    and a later write: on PostgreSQL a row a concurrent grant or release is writing is waited for
+    and a later write: a row a concurrent grant or release is writing is waited for
     and judged again on its committed version. A Python read-then-write here put a GPU granted
     between the two back to `cordoned` or `free` (the fault suite's storm caught it)."""
     ids_sql, params = gpus.values("pk").query.sql_with_params()
     table, hosts = connection.ops.quote_name(Gpu._meta.db_table), connection.ops.quote_name(Host._meta.db_table)
     state = gpu_state_sql(gpu="g", host_state=f"(SELECT h.state FROM {hosts} AS h WHERE h.id = g.host_id)")
-    prefix = ""
-    if connection.vendor == "postgresql":  # rows locked in id order first, as bulk_set does
-        prefix = f"WITH locked AS MATERIALIZED (SELECT id FROM {table} WHERE id IN ({ids_sql}) ORDER BY id FOR UPDATE) "
-        ids_sql = "SELECT id FROM locked"
+    # Rows locked in id order first, as bulk_set does.
+    locked = f"WITH locked AS MATERIALIZED (SELECT id FROM {table} WHERE id IN ({ids_sql}) ORDER BY id FOR UPDATE) "
     with connection.cursor() as cur:
-        cur.execute(f"{prefix}UPDATE {table} AS g SET state = {state} WHERE g.id IN ({ids_sql}) "
+        cur.execute(f"{locked}UPDATE {table} AS g SET state = {state} WHERE g.id IN (SELECT id FROM locked) "
                     f"AND g.state <> {state}", params)
         return int(cur.rowcount)
 

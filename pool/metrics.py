@@ -98,8 +98,7 @@ def _admission() -> HistogramMetricFamily:
     requeue counts its last grant): one grouped scan, the buckets summed in SQL."""
     from django.db import connection
 
-    waited = ("EXTRACT(EPOCH FROM l.granted_at - l.created_at)" if connection.vendor == "postgresql"
-              else "(julianday(l.granted_at) - julianday(l.created_at)) * 86400.0")
+    waited = "EXTRACT(EPOCH FROM l.granted_at - l.created_at)"
     buckets = ", ".join(f"SUM(CASE WHEN w <= {b!r} THEN 1 ELSE 0 END)" for b in ADMISSION_BUCKETS)
     sql = (f"SELECT p.name, COUNT(*), SUM(w), {buckets} FROM (SELECT l.pool_id, {waited} AS w "
            "FROM allocation_lease l WHERE l.granted_at IS NOT NULL) x "

@@ -135,13 +135,10 @@ class GpuViewSet(inventory_views.GpuViewSet):
         """Which lease holds each GPU: one query for the whole page."""
         if not gpu_ids:
             return {}
-        if connection.vendor == "postgresql":  # one array parameter: a fixed, prepared statement
-            with connection.cursor() as cur:
-                execute(cur, f"SELECT gpu_id, lease_id FROM {LeaseGpu._meta.db_table} "
-                             "WHERE active AND gpu_id = ANY(%s)", [gpu_ids])
-                return {gid: str(lid) for gid, lid in cur.fetchall()}
-        return {gid: str(lid) for gid, lid in LeaseGpu.objects.filter(
-            active=True, gpu_id__in=gpu_ids).values_list("gpu_id", "lease_id")}
+        with connection.cursor() as cur:  # one array parameter: a fixed, prepared statement
+            execute(cur, f"SELECT gpu_id, lease_id FROM {LeaseGpu._meta.db_table} "
+                         "WHERE active AND gpu_id = ANY(%s)", [gpu_ids])
+            return {gid: str(lid) for gid, lid in cur.fetchall()}
 
     def holder_teams(self, gpu_ids: list[int]) -> dict[int, str]:
         """The team of the lease holding each GPU, "" for a team the requester is not in (as the

@@ -1,8 +1,8 @@
 """The scheduling engine: snapshot → pure policy → apply, per pool, in one transaction.
 
-Each pool's pass holds a per-pool lock (a PostgreSQL transaction-level advisory lock; SQLite's
-IMMEDIATE transactions already serialise writers), so several workers may run passes at once
-without granting a GPU twice; the partial unique index on LeaseGpu is the last line of defence.
+Each pool's pass holds a per-pool lock (a PostgreSQL transaction-level advisory lock), so several
+workers may run passes at once without granting a GPU twice; the partial unique index on LeaseGpu
+is the last line of defence.
 
 Cost per pass, whatever the number of GPUs or leases: a fixed number of queries to read the pool
 (`snapshot`), then a few set-based statements to write what changed (`apply`): the granted lease

@@ -3,8 +3,8 @@
 Five raw-cursor queries carry the rows that grow with the fleet: the pool's GPUs (with whether
 each is unavailable here: a MIG parent, or held by a lease of another pool) and their hosts, the
 active GPU links of its leases and those leases, and its pending leases with their current
-explanation. They return plain tuples, never model instances; the same SQL runs on PostgreSQL
-and SQLite with a few dialect snippets (ids as text, times as epoch seconds). Teams (with the
+explanation. They return plain tuples, never model instances (ids as text, times as epoch
+seconds). Teams (with the
 fair-share ledger), quotas, priority classes, the scheduler settings (global and the pool's own)
 and the advance reservations not yet ended take seven small queries.
 
@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -76,23 +75,25 @@ WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s 
 # their active links, and the leases themselves. A lease holds GPUs only while holding or ending;
 # should one with links fall outside that, it is read by id (`_holding_rows`).
 LINK_SQL = """
-SELECT {link_lease_id}, lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
+SELECT lg.lease_id::text, lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
 WHERE lg.active AND l.pool_id = %(pool)s
 """
 HOLDING_SQL = """
-SELECT {lease_id}, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s, {granted_at},
-       l.borrowed, {expires_at}
+SELECT l.id::text, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s,
+       EXTRACT(EPOCH FROM l.granted_at)::float8, l.borrowed, EXTRACT(EPOCH FROM l.expires_at)::float8
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
 WHERE {where}
 """
 
+# The selector is NULL for none: most leases have none, and a NULL costs no JSON decoding.
 PENDING_SQL = """
-SELECT {lease_id}, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s, {created_at},
+SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s,
+       EXTRACT(EPOCH FROM l.created_at)::float8,
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
-       l.ttl_seconds, {has_binding}, l.reason, l.queue_position, l.estimated_start, l.binding_kind,
-       {selector}
+       l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.reason, l.queue_position, l.estimated_start,
+       l.binding_kind, NULLIF(l.selector, '{}'::jsonb)
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
@@ -109,18 +110,6 @@ WHERE q.pool_id = %(pool)s ORDER BY t.name
 CLASS_SQL = """
 SELECT name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
 """
-
-_POSTGRES = {"lease_id": "l.id::text", "link_lease_id": "lg.lease_id::text",
-             "granted_at": "EXTRACT(EPOCH FROM l.granted_at)::float8",
-             "expires_at": "EXTRACT(EPOCH FROM l.expires_at)::float8",
-             "created_at": "EXTRACT(EPOCH FROM l.created_at)::float8",
-             "has_binding": "l.binding_spec <> '{}'::jsonb",
-             # NULL for no selector: most leases have none, and a NULL costs no JSON decoding.
-             "selector": "NULLIF(l.selector, '{}'::jsonb)"}
-_PORTABLE = {"lease_id": "l.id", "link_lease_id": "lg.lease_id", "granted_at": "l.granted_at",
-             "expires_at": "l.expires_at", "created_at": "l.created_at", "has_binding": "l.binding_spec <> '{}'",
-             "selector": "NULLIF(l.selector, '{}')"}
-
 
 class PendingRow(NamedTuple):
     """A pending lease as the pass needs it: the request, and its explanation as stored."""
@@ -181,65 +170,42 @@ def forget() -> None:
         _MEMOS.clear()
 
 
-def _epoch(value: Any) -> float | None:
-    """A time read through the portable dialect (SQLite: text in UTC) as epoch seconds."""
-    if value is None or isinstance(value, float):
-        return value
-    return _aware(value).timestamp()
-
-
-def _aware(value: Any) -> datetime:
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return list(cur.fetchall())
 
 
-def _lease_id(value: str, postgres: bool) -> str:
-    return value if postgres else str(uuid.UUID(value))
-
-
-def _holding_rows(pool_id: int, postgres: bool) -> list[tuple[Any, ...]]:
+def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
     """(lease_id, team, state, priority, preemptible, min_runtime_s, granted_at, borrowed,
     expires_at, gpu_ids) of every lease of the pool with active GPU links, in lease id order."""
-    dialect = _POSTGRES if postgres else _PORTABLE
     held: dict[str, list[int]] = {}
-    for lease_id, gpu_id in _read(LINK_SQL.format(**dialect), {"pool": pool_id}):
-        held.setdefault(_lease_id(lease_id, postgres), []).append(gpu_id)
+    for lease_id, gpu_id in _read(LINK_SQL, {"pool": pool_id}):
+        held.setdefault(lease_id, []).append(gpu_id)
     if not held:
         return []
     where = (f"l.pool_id = %(pool)s AND (l.state IN ('{LeaseState.GRANTED.value}', '{LeaseState.BOUND.value}') "
              "OR l.ending_since IS NOT NULL)")
-    rows = {_lease_id(r[0], postgres): r for r in _read(HOLDING_SQL.format(where=where, **dialect), {"pool": pool_id})}
+    rows = {r[0]: r for r in _read(HOLDING_SQL.format(where=where), {"pool": pool_id})}
     missing = [lease_id for lease_id in held if lease_id not in rows]
     if missing:
-        ids = missing if postgres else [uuid.UUID(m).hex for m in missing]
-        rows.update((_lease_id(r[0], postgres), r) for r in _read(HOLDING_SQL.format(
-            where="l.id IN ({})".format(", ".join(["%s"] * len(ids))), **dialect), ids))
+        rows.update((r[0], r) for r in _read(HOLDING_SQL.format(
+            where="l.id IN ({})".format(", ".join(["%s"] * len(missing)))), missing))
     out = []
     for lease_id in sorted(held):
         _, team, state, prio, preemptible, min_rt, granted, borrowed, expires = rows[lease_id]
-        out.append((lease_id, team, state, prio, bool(preemptible), min_rt, _epoch(granted), bool(borrowed),
-                    _epoch(expires), tuple(sorted(held[lease_id]))))
+        out.append((lease_id, team, state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
+                    expires, tuple(sorted(held[lease_id]))))
     return out
 
 
-def _pending_rows(pool_id: int, postgres: bool) -> list[PendingRow]:
-    rows = _read(PENDING_SQL.format(**(_POSTGRES if postgres else _PORTABLE)),
-                 {"pool": pool_id, "pending": LeaseState.PENDING.value})
-    if postgres:
-        return [PendingRow._make((*r[:18], r[18], _tag(r[19]))) for r in rows]
-    return [PendingRow(str(uuid.UUID(r[0])), r[1], r[2], r[3], bool(r[4]), r[5], _epoch(r[6]) or 0.0,
-                       r[7], r[8], r[9], bool(r[10]), r[11], r[12], r[13], bool(r[14]), r[15], r[16],
-                       None if r[17] is None else _aware(r[17]), r[18], _tag(r[19])) for r in rows]
+def _pending_rows(pool_id: int) -> list[PendingRow]:
+    rows = _read(PENDING_SQL, {"pool": pool_id, "pending": LeaseState.PENDING.value})
+    return [PendingRow._make((*r[:18], r[18], _tag(r[19]))) for r in rows]
 
 
 def _json(value: Any) -> Any:
-    """A JSON column read through a raw cursor: decoded on PostgreSQL, text on SQLite."""
+    """A JSON column read through a raw cursor (Django's connection leaves jsonb as text)."""
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -319,13 +285,12 @@ def reservation_views(pool: Pool, now: datetime) -> tuple[ReservationView, ...]:
 
 def read_pool(pool: Pool, now: datetime) -> PoolRead:
     """Read one pool's state (see the module docstring); reuses unchanged views of its last pass."""
-    postgres = connection.vendor == "postgresql"
     with _MEMO_LOCK:
         memo = _MEMOS.get(pool.pk) or _Memo()
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk, postgres)}
+    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk)}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
     if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows and tags == memo.tags:
         gpus, meter = memo.gpus, memo.meter
@@ -334,7 +299,7 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
         meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
-    for row in _holding_rows(pool.pk, postgres):
+    for row in _holding_rows(pool.pk):
         hit = memo.running.get(row[0])
         if hit is None or hit[0] != row or memo.pool != pool.name:
             lease_id, team, state, prio, preemptible, min_rt, granted, borrowed, expires, gpu_ids = row

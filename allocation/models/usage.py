@@ -68,7 +68,7 @@ class Budget(models.Model):
     warned_for = models.DateTimeField(null=True, blank=True, help_text="The period start `warned_pct` is of.")
 
     class Meta:
-        # All pools first on every database (PostgreSQL and SQLite sort nulls differently).
+        # All pools first (PostgreSQL sorts nulls last by default).
         ordering = ["team__name", models.F("pool__name").asc(nulls_first=True), "period"]
         constraints = [
             models.CheckConstraint(condition=Q(gpu_hours__gt=0), name="budget_gpu_hours_positive"),

@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
@@ -20,7 +20,7 @@ from allocation.models import WORKLOAD_MAY_RUN, Budget, Lease, LeaseGpu, Priorit
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
-from allocation.sql import compiled_values, execute_as_one, insert_sql, one_statement_writes
+from allocation.sql import compiled_values, execute_as_one, insert_sql
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
 from core.errors import Conflict, DomainError, Forbidden, NotFound
@@ -110,7 +110,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     same body returns the first lease (created=False); with a different body it is a Conflict.
 
     The new lease comes back with its team, user, pool and priority class set (names only), so
-    it renders without a query. On PostgreSQL the whole request costs two queries: one resolves
+    it renders without a query. The whole request costs two queries: one resolves
     what it names, one writes the lease and its audit event (the unique constraint on
     (user, Idempotency-Key) decides a replay, not a prior read); a third for a team with a
     GPU-hour budget, which may refuse the lease (Forbidden `budget_exhausted`) or give it the
@@ -171,19 +171,12 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
 
 def _insert_lease(lease: Lease, event: Any) -> bool:
     """Write the lease and its audit event, atomically. False when the (user, Idempotency-Key)
-    pair already has a lease: nothing is written then."""
-    if one_statement_writes():
-        rows = execute_as_one([("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
-                               ("event", insert_sql(event, source="new_lease"))],
-                              ("SELECT id FROM new_lease", []))
-        return bool(rows)
-    try:
-        with transaction.atomic():
-            lease.save(force_insert=True)
-            event.save()
-    except IntegrityError:
-        return False
-    return True
+    pair already has a lease: nothing is written then. One statement: the event is inserted
+    once per row the lease insert returns, so none on a conflict."""
+    rows = execute_as_one([("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
+                           ("event", insert_sql(event, source="new_lease"))],
+                          ("SELECT id FROM new_lease", []))
+    return bool(rows)
 
 
 def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
@@ -198,7 +191,7 @@ def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:
 
 def _locked(lease: Lease | Any, visible_to: Any = None) -> tuple[Lease, datetime]:
     """The lease (an instance or its id), its row locked, with what renders it (selectors.lease_row:
-    names, and GPUs on PostgreSQL), and the database's clock, in one query. With `visible_to`,
+    names and GPUs), and the database's clock, in one query. With `visible_to`,
     only a lease that user may see: another team's is NotFound, like a missing one. The clock is
     the time the caller's write decides by: never this process's, which may be minutes off the
     worker's that reaps (core.db.db_now)."""
@@ -215,7 +208,7 @@ def _locked(lease: Lease | Any, visible_to: Any = None) -> tuple[Lease, datetime
 def lease_release(*, lease: Lease | Any, actor: str, reason: str = "", visible_to: Any = None) -> Lease:
     """End a lease by its owner. Idempotent: releasing an ended lease returns it unchanged.
     `lease` is an instance or an id; with `visible_to`, a lease that user may not see is
-    NotFound. The lease comes back as ended, ready to render (see `_locked`). On PostgreSQL:
+    NotFound. The lease comes back as ended, ready to render (see `_locked`). It costs
     BEGIN, one locked read, one write (lease_end), COMMIT. Locks the lease, then writes its GPUs
     (the order a drain keeps too); run again from the locked read if it is a deadlock victim."""
     with transaction.atomic():

@@ -1,11 +1,9 @@
 """One feed of lease changes per web process, shared by every waiting client.
 
-A single asyncio task reads the change log and hands each change to the subscribers that want it,
-so a thousand waiting clients cost one reader, not a thousand pollers:
-- with Redis, the log is the stream that `allocation.events` writes after each commit
-  (`XREAD BLOCK`); event ids are stream ids (`1732368000000-0`);
-- without Redis (the embedded mode), it is the audit log, read every POLL_S; event ids are audit
-  event ids, in commit order there because SQLite has a single writer.
+A single asyncio task reads the change log, the Redis stream that `allocation.events` writes after
+each commit (`XREAD BLOCK`), and hands each change to the subscribers that want it, so a thousand
+waiting clients cost one reader, not a thousand pollers. Event ids are stream ids
+(`1732368000000-0`); each change carries the state the lease was committed in.
 
 Subscribers get `(event_id, LeaseChange)` pairs on an asyncio queue. A subscriber that falls too
 far behind (its queue is full) is marked `overflowed` and ends its stream; the client resumes from
@@ -23,12 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocation.events import STREAM, LeaseChange
+from allocation.events import STREAM, LeaseChange, redis_url
 
 logger = logging.getLogger(__name__)
 
 CHECK_S = 5.0  # how often the reader checks that the stream has not been lost
-POLL_S = 0.25  # audit-log polling interval in the embedded mode
 BLOCK_MS = 5_000  # XREAD BLOCK: wakes at least this often to notice shutdown
 BATCH = 2_000
 QUEUE_MAX = 10_000
@@ -51,7 +48,7 @@ class BadEventId(ValueError):
 
 
 def parse_event_id(value: str) -> tuple[int, ...]:
-    """`1732368000000-3` (a stream id) or `123` (an audit id) as a comparable tuple."""
+    """A stream id (`1732368000000-3`, or `1732368000000`: sequence 0) as a comparable tuple."""
     try:
         parts = tuple(int(p) for p in value.strip().split("-"))
     except ValueError:
@@ -116,13 +113,10 @@ class Feed:
 
     # --- the log ------------------------------------------------------------------------------
     def redis(self) -> Any:
-        from django.conf import settings
-
-        url = getattr(settings, "REDIS_URL", None)
-        if self._redis is None and url:
+        if self._redis is None:
             import redis.asyncio as aioredis
 
-            self._redis = aioredis.Redis.from_url(url, socket_connect_timeout=2,
+            self._redis = aioredis.Redis.from_url(redis_url(), socket_connect_timeout=2,
                                                   socket_timeout=BLOCK_MS / 1000 + 5)
         return self._redis
 
@@ -134,20 +128,14 @@ class Feed:
 
     async def end_of_log(self) -> str:
         """The id of the newest change in the log ("0" when it is empty)."""
-        client = self.redis()
-        if client is not None:
-            last = await client.xrevrange(STREAM, count=1)
-            return _s(last[0][0]) if last else "0-0"
-        return str(await in_db(_audit_head))
+        last = await self.redis().xrevrange(STREAM, count=1)
+        return _s(last[0][0]) if last else "0-0"
 
     async def _run(self) -> None:
         delay = 0.5
         while True:
             try:
-                if self.redis() is not None:
-                    await self._read_stream()
-                else:
-                    await self._poll_audit()
+                await self._read_stream()
                 delay = 0.5
             except asyncio.CancelledError:
                 raise
@@ -186,32 +174,15 @@ class Feed:
                 with contextlib.suppress(asyncio.QueueFull):
                     sub.queue.put_nowait(("0", RESET))
 
-    async def _poll_audit(self) -> None:
-        rows = await in_db(_audit_after, int(self.head or 0), BATCH)
-        for event_id, change in rows:
-            self.dispatch(event_id, change)
-        if len(rows) < BATCH:
-            await asyncio.sleep(POLL_S)
-
     async def backlog(self, since: str, until: str) -> list[tuple[str, LeaseChange]]:
         """Changes after `since` up to and including `until`, oldest first. Raises Expired when
         the log no longer holds what followed `since`."""
         start, end = parse_event_id(since), parse_event_id(until)
         client = self.redis()
-        if client is not None:
-            await self._check_not_trimmed(client, since)
+        await self._check_not_trimmed(client, since)
         if start >= end:
             return []
-        if client is None:
-            out: list[tuple[str, LeaseChange]] = []
-            cursor = start[0]
-            while True:
-                rows = await in_db(_audit_after, cursor, BATCH, end[0])
-                out.extend(rows)
-                if len(rows) < BATCH:
-                    return out
-                cursor = int(rows[-1][0])
-        out = []
+        out: list[tuple[str, LeaseChange]] = []
         after = f"({since}"  # exclusive range start
         while True:
             entries = await client.xrange(STREAM, min=after, max=until, count=BATCH)
@@ -247,24 +218,6 @@ def _s(value: Any) -> str:
 def _change(fields: dict[Any, Any]) -> LeaseChange:
     f = {_s(k): _s(v) for k, v in fields.items()}
     return LeaseChange(lease_id=f["lease"], pool_id=int(f["pool"]), team_id=int(f["team"]), state=f["state"])
-
-
-def _audit_head() -> int:
-    from django.db.models import Max
-
-    from allocation.models import AuditEvent
-
-    return AuditEvent.objects.aggregate(m=Max("id"))["m"] or 0
-
-
-def _audit_after(after: int, limit: int, until: int | None = None) -> list[tuple[str, LeaseChange]]:
-    from allocation.models import AuditEvent
-
-    qs = AuditEvent.objects.filter(id__gt=after, lease__isnull=False, action__startswith="lease.")
-    if until is not None:
-        qs = qs.filter(id__lte=until)
-    rows = qs.order_by("id").values_list("id", "lease_id", "lease__pool_id", "lease__team_id", "lease__state")
-    return [(str(pk), LeaseChange(str(lease), pool, team, state)) for pk, lease, pool, team, state in rows[:limit]]
 
 
 _FEED: Feed | None = None

@@ -18,7 +18,7 @@ from allocation.models import AuditEvent, Budget, Lease, LeaseUsage
 from allocation.policy.metering import period_start
 from allocation.services.budgets import budget_statuses, budgets_refresh
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 FLEET = """
 pools: [{name: gpus}, {name: spare}]

@@ -24,7 +24,7 @@ from allocation.services.leases import lease_release
 from core.db import db_now
 from inventory.models import Host
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 EARLY = timedelta(seconds=5)
 
 

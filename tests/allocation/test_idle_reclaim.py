@@ -17,7 +17,7 @@ from allocation.services.idle import leases_idle_check
 from allocation.tasks import idle_reclaim
 from inventory.models import Gpu, GpuSample
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 FLEET = """
 pools: [{name: gpus, idle_reclaim: {below_util_pct: 5, for_s: 600, warn_s: 120}}, {name: plain}]

@@ -18,7 +18,7 @@ from allocation.services.leases import lease_release, leases_mark_lost, leases_r
 from allocation.usage import usage_report
 from inventory.models import Gpu
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 FLEET = """
 pools: [{name: gpus}]

@@ -1,5 +1,5 @@
 """`/metrics`: the pool series the contract names, read back with Prometheus's own parser after
-real passes (grants, a priority preemption) on PostgreSQL or SQLite."""
+real passes (grants, a priority preemption)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from allocation.services.leases import leases_reap
 from inventory.discovery import source_discover
 from inventory.models import Gpu, Host, Source
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _twice(work: Callable[[], Any]) -> list[Any]:

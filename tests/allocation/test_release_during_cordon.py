@@ -30,7 +30,7 @@ from allocation.services.admin import host_admin_action
 from allocation.services.leases import lease_release
 from inventory.models import Gpu, Host
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 FLEET = """
 pools: [{name: gpus}]

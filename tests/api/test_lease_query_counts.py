@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from allocation.engine import run_pass
 from core.api.auth import clear_token_cache
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 
 def _count(call: Any, *, cold: bool = True) -> tuple[Any, int]:

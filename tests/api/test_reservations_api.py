@@ -134,8 +134,6 @@ def test_two_concurrent_creates_cannot_both_take_the_last_gpus(apply_yaml, make_
     from allocation.services.reservations import reservation_create
     from core.errors import Conflict
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the advisory lock is PostgreSQL's")
     apply_yaml(FLEET)
     users = [make_user("ann", teams=("a",)), make_user("ben", teams=("b",))]
     start = timezone.now() + timedelta(hours=1)

@@ -18,7 +18,7 @@ from allocation.engine import run_pass
 from allocation.models import LeaseUsage
 from allocation.services.budgets import budgets_refresh
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 FLEET = """
 pools: [{name: gpus}, {name: spare}]

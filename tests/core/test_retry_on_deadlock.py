@@ -17,7 +17,7 @@ from django.db import IntegrityError, OperationalError, connection, transaction
 
 from core.db import is_retryable, retry_on_deadlock
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _raise_sqlstate(code: str) -> None:

@@ -24,7 +24,7 @@ from tests.faults.agent_fixtures import Figures, faketime_missing_reason, run_sk
 from tests.support.processes import web_server
 from tests.support.tokens import api_key
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SKEW_S = 300
 #: How far a decision may stray from the database's clock: process start-up and round trips,

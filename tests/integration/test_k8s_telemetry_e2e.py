@@ -24,7 +24,7 @@ from tests.support.kube import derived_node, running_kube_api
 from tests.support.kube_server import KubeApiServer
 from tests.support.prometheus_server import DcgmGpu, PrometheusServer
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 NODE = "gke-prod-gpu-pool-3c1a2b7e-x1z2"  # derived-gke-t4: two T4s
 NOW = timezone.now().replace(microsecond=0)

@@ -1,6 +1,6 @@
 """The whole chain with real processes: HTTP request → broker → Celery worker → grant → release.
 
-Runs on whatever the tiers give: PostgreSQL or SQLite, Redis or the filesystem broker.
+Runs on PostgreSQL with the Redis broker, as every deployment does.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from inventory.choices import GpuState
 from inventory.models import Gpu, Host
 from inventory.services import host_cordon
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 FLEET = """
 pools: [{name: gpus}]

@@ -39,7 +39,6 @@ def test_new_gpus_join_the_sources_pool_and_a_resync_changes_nothing(source: Sou
     assert (again.created, again.updated, again.gone) == (0, 0, 0)
 
 
-@pytest.mark.postgres  # SQLite caps a statement at 999 parameters: its bulk inserts come in batches
 def test_the_number_of_queries_does_not_grow_with_the_fleet(source: Source) -> None:
     sync_source(source, Discovery(hosts=(host("a"),)))
     with CaptureQueriesContext(connection) as small:

@@ -1,6 +1,6 @@
 """Waiting without polling, through the production web server (gunicorn + uvicorn on pool.asgi):
 the long poll `GET leases/{id}/?wait=` and the Server-Sent Events stream `GET leases/events/`,
-fed by the Redis stream of committed changes (and by the audit log when there is no Redis)."""
+fed by the Redis stream of committed changes."""
 
 from __future__ import annotations
 
@@ -27,25 +27,17 @@ def fleet(transactional_db: Any, demo_fleet: Any, make_user: Any) -> dict[str, A
     return {"alice": api_key(alice), "carol": api_key(carol)}
 
 
-@pytest.fixture(scope="module", params=["redis", "audit-log"])
-def web(request: pytest.FixtureRequest, django_db_setup: Any, django_db_blocker: Any,
-        tmp_path_factory: Any) -> Iterator[tuple[str, str]]:
-    """The web server (one per module and mode), fed by the Redis stream or, as in the embedded
-    mode, by the audit log."""
-    import os
-
-    if request.param == "redis" and not os.environ.get("REDIS_URL"):
-        pytest.skip("Redis tier: no Redis reachable")
-    env = {"GPUPOOL_AUTOSCHEDULE": "0"}
-    if request.param == "audit-log":
-        env["REDIS_URL"] = ""
-    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log", **env) as url:
-        yield url + "/api/v1/", request.param
+@pytest.fixture(scope="module")
+def web(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
+    """The web server (one per module), fed by the Redis stream."""
+    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log",
+                                                 GPUPOOL_AUTOSCHEDULE="0") as url:
+        yield url + "/api/v1/"
 
 
 @pytest.fixture
-def server(web: tuple[str, str], fleet: dict[str, Any]) -> dict[str, Any]:
-    return {"url": web[0], "mode": web[1], **fleet}
+def server(web: str, fleet: dict[str, Any]) -> dict[str, Any]:
+    return {"url": web, **fleet}
 
 
 def _session(token: str) -> requests.Session:
@@ -194,14 +186,11 @@ def test_the_stream_carries_each_change_of_a_teams_leases_in_order_with_resumabl
 
 
 def test_a_resume_point_older_than_the_kept_changes_is_a_410(server: dict[str, Any]) -> None:
-    if server["mode"] != "redis":
-        pytest.skip("the audit log keeps every change: nothing expires")
     import redis
     from django.conf import settings
 
     from allocation.events import STREAM
 
-    assert settings.REDIS_URL  # the redis mode
     client = redis.Redis.from_url(settings.REDIS_URL)
     added = client.xadd(STREAM, {"lease": "00000000-0000-0000-0000-000000000000", "pool": "0", "team": "0",
                                  "state": "pending"})
@@ -242,8 +231,6 @@ def test_a_lost_change_log_ends_the_stream_and_resuming_from_before_the_loss_is_
         server: dict[str, Any]) -> None:
     """Redis restarted or flushed: changes no one had read are gone, so a watcher must not go on
     as if it had seen everything; it is told to list again."""
-    if server["mode"] != "redis":
-        pytest.skip("the audit log cannot be lost while the database stands")
     import redis
     from django.conf import settings
 
@@ -254,7 +241,6 @@ def test_a_lost_change_log_ends_the_stream_and_resuming_from_before_the_loss_is_
     stream.take(1, kind="bookmark")
     _create(server)
     last = stream.take(1)[0]["id"]
-    assert settings.REDIS_URL  # the redis mode
     redis.Redis.from_url(settings.REDIS_URL).delete(STREAM)
     deadline = time.monotonic() + 30
     while stream.response.raw is not None and not stream.response.raw.closed and time.monotonic() < deadline:

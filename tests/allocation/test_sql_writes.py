@@ -1,6 +1,6 @@
-"""The one-statement writes of PostgreSQL (allocation.sql) leave the database exactly as the
-statement-by-statement path does: ending a lease (released, held by a workload, preempted with
-notice), freeing GPUs, closing the fair-share ledger, deriving GPU states."""
+"""The SQL writes (allocation.sql, inventory.services.gpu_state_sql): the GPU state rule for every
+combination of its inputs; the ledger closed in SQL as `ledger_close_many` closes it; ending one
+lease in one statement writes what ending many (`leases_end`) writes; prepared statements."""
 
 from __future__ import annotations
 
@@ -14,18 +14,34 @@ from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.engine import run_pass
-from allocation.leases import lease_end, lease_free_gpus
-from allocation.ledger import ledger_close, ledger_close_sql
+from allocation.leases import lease_end, lease_free_gpus, leases_end
+from allocation.ledger import ledger_close_many, ledger_close_sql
 from allocation.models import AuditEvent, Lease, LeaseGpu, Team, UsageLedger
 from allocation.services.leases import lease_create
-from inventory.choices import Health, HostState
+from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu
-from inventory.services import gpu_derive_state, gpu_state_sql
+from inventory.services import gpu_state_sql
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 
-def test_the_sql_gpu_state_rule_is_gpu_derive_state_for_every_combination() -> None:
+def expected_state(*, host_state: str | None, gone: bool, leased: bool, health: str, foreign: bool) -> str:
+    """The rule as documented: a vanished GPU or an offline host is offline; a held GPU shows
+    leased even on a cordoned host; then health, foreign use, cordon (or drain); else free."""
+    if gone or host_state == HostState.OFFLINE:
+        return GpuState.OFFLINE
+    if leased:
+        return GpuState.LEASED
+    if health == Health.UNHEALTHY:
+        return GpuState.UNHEALTHY
+    if foreign:
+        return GpuState.FOREIGN
+    if host_state in (HostState.CORDONED, HostState.DRAINING):
+        return GpuState.CORDONED
+    return GpuState.FREE
+
+
+def test_the_sql_gpu_state_rule_for_every_combination() -> None:
     combos = list(itertools.product([*HostState.values, None], [False, True], [False, True],
                                     Health.values, [False, True]))
     rows = ", ".join("(%s, %s, %s, %s, %s)" for _ in combos)
@@ -34,19 +50,19 @@ def test_the_sql_gpu_state_rule_is_gpu_derive_state_for_every_combination() -> N
         cur.execute(f'SELECT {expr} FROM (VALUES {rows}) AS g(host_state, gone, leased, health, "foreign")',
                     [v for combo in combos for v in combo])
         got = [r[0] for r in cur.fetchall()]
-    want = [gpu_derive_state(host_state=h, gone=g, leased=le, health=he, foreign=f) for h, g, le, he, f in combos]
+    want = [expected_state(host_state=h, gone=g, leased=le, health=he, foreign=f) for h, g, le, he, f in combos]
     assert got == want
 
 
 @pytest.mark.parametrize("as_of_shift_s, duration_s", [(None, 3600), (-7200, 3600), (600, 3600), (-60, 0)])
-def test_ledger_close_in_sql_equals_ledger_close(as_of_shift_s: int | None, duration_s: int) -> None:
+def test_ledger_close_in_sql_equals_ledger_close_many(as_of_shift_s: int | None, duration_s: int) -> None:
     now = timezone.now()
     python_team, sql_team = Team.objects.create(name="py"), Team.objects.create(name="sq")
     if as_of_shift_s is not None:  # an existing ledger row, as of before or after the lease ended
         for team in (python_team, sql_team):
             UsageLedger.objects.create(team=team, closed_usage=12345.0, as_of=now + timedelta(seconds=as_of_shift_s))
     granted = now - timedelta(seconds=duration_s)
-    ledger_close(team_id=python_team.pk, gpus=4, granted_at=granted, ended_at=now)
+    ledger_close_many([(python_team.pk, 4, granted, now)])
     sql, params = ledger_close_sql(team_id=sql_team.pk, gpus=4, granted_at=granted, ended_at=now)
     with connection.cursor() as cur:
         cur.execute(sql, params)
@@ -71,7 +87,9 @@ def _snapshot(lease_id: Any) -> dict[str, Any]:
     }
 
 
-def _end_a_granted_lease(user: Any, how: str) -> dict[str, Any]:
+def _end_a_granted_lease(user: Any, how: str, *, many: bool = False) -> dict[str, Any]:
+    """Grant a lease and end it (`how`: released, bound then released, preempted with notice),
+    by `lease_end` or, with `many`, by `leases_end`; what that wrote, and after freeing its GPUs."""
     lease = lease_create(user=user, pool="training", gpus=2, ttl_seconds=600)[0]
     run_pass()
     lease = Lease.objects.get(pk=lease.pk)
@@ -80,7 +98,11 @@ def _end_a_granted_lease(user: Any, how: str) -> dict[str, Any]:
         Lease.objects.filter(pk=lease.pk).update(state=LeaseState.BOUND, binding_status={"handle": "h-1"})
         lease = Lease.objects.get(pk=lease.pk)
     target = LeaseState.PREEMPTED if how == "notice" else LeaseState.RELEASED
-    lease_end(lease, target, actor="tester", reason=f"ended: {how}", keep_gpus=True if how == "notice" else None)
+    if many:
+        leases_end([lease], target, actor="tester", reasons=[f"ended: {how}"], now=timezone.now())
+    else:
+        lease_end(lease, target, actor="tester", reason=f"ended: {how}",
+                  keep_gpus=True if how == "notice" else None)
     snapshot = _snapshot(lease.pk)
     if how != "released":  # the workload stopped / the notice ran out
         lease_free_gpus([lease.pk])
@@ -92,16 +114,29 @@ def _end_a_granted_lease(user: Any, how: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("how", ["released", "bound", "notice"])
-def test_ending_a_lease_in_one_statement_writes_what_the_step_by_step_path_writes(
-        demo_fleet: Any, make_user: Any, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_ending_a_lease_in_one_statement(demo_fleet: Any, make_user: Any, how: str) -> None:
     alice = make_user("alice", teams=("vision",))
-    one_statement = _end_a_granted_lease(alice, how)
-    monkeypatch.setattr("allocation.leases.one_statement_writes", lambda: False)
-    step_by_step = _end_a_granted_lease(alice, how)
-    assert one_statement == step_by_step
+    ended = _end_a_granted_lease(alice, how)
     held = how != "released"
-    assert one_statement["ending"] is held and all(one_statement["links"]) is held
-    assert one_statement["ledger"]
+    state = LeaseState.PREEMPTED if how == "notice" else LeaseState.RELEASED
+    assert ended["lease"]["state"] == state and ended["lease"]["reason"] == f"ended: {how}" and ended["ended"]
+    assert ended["ending"] is held and ended["links"] == [held, held]
+    assert ended["gpus"] == ([(GpuState.LEASED, True)] * 2 if held else [(GpuState.FREE, False)] * 2)
+    assert ended["events"][-1] == f"lease.{state}"
+    assert ended["last_event"]["actor"] == "tester" and ended["last_event"]["message"] == f"ended: {how}"
+    assert ended["last_event"]["data"]["to"] == state
+    assert ended["ledger"]
+    if held:  # freed once the workload stopped / the notice ran out
+        after = ended["after_free"]
+        assert not after["ending"] and after["links"] == [False, False]
+        assert after["gpus"] == [(GpuState.FREE, False)] * 2
+
+
+@pytest.mark.parametrize("how", ["released", "bound"])
+def test_ending_one_lease_in_one_statement_writes_what_ending_many_writes(
+        demo_fleet: Any, make_user: Any, how: str) -> None:
+    alice = make_user("alice", teams=("vision",))
+    assert _end_a_granted_lease(alice, how) == _end_a_granted_lease(alice, how, many=True)
 
 
 def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(settings: Any) -> None:
