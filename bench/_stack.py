@@ -1,6 +1,6 @@
 """The production stack for end-to-end benchmarks: a fresh PostgreSQL database, a configuration,
 and web + scheduler worker + worker + beat as real processes started with the same commands as
-`scripts/run.sh` (PROCESSES below), against the machine's PostgreSQL and Redis.
+`scripts/run.sh` (stacktools.processes, shared with the tests), against the machine's PostgreSQL and Redis.
 
 Also: CPU seconds of a set of processes (from /proc), to charge the server for what it spent.
 """
@@ -8,42 +8,33 @@ Also: CPU seconds of a set of processes (from /proc), to charge the server for w
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from stacktools.processes import REPO, Proc, answers, beat_command, web_command, worker_command
+from stacktools.processes import running as stack_running
+from stacktools.ready import free_port
 
 
-def processes(port: int) -> dict[str, list[str]]:
-    """The commands of scripts/run.sh (web, scheduler, worker, beat)."""
+def processes(port: int, env: dict[str, str], logs: Path) -> dict[str, Proc]:
+    """The processes of scripts/run.sh (web, scheduler, worker, beat), logging under `logs`."""
     level = os.environ.get("BENCH_LOGLEVEL", "WARNING")
-    return {
-        "web": [str(BIN / "gunicorn"), "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
-                "--bind", f"127.0.0.1:{port}", "--workers", "2", "--log-level", "warning"],
-        "scheduler": [str(BIN / "celery"), "-A", "pool", "worker", "--concurrency", "1", "-Q", "gpupool.schedule",
-                      "-n", "scheduler@%h", "--loglevel", level,
-                      "--without-gossip", "--without-mingle"],
-        "worker": [str(BIN / "celery"), "-A", "pool", "worker", "--concurrency", "1", "-Q", "gpupool",
-                   "-n", "gpupool@%h", "--loglevel", level,
-                      "--without-gossip", "--without-mingle"],
-        "beat": [str(BIN / "celery"), "-A", "pool", "beat", "--loglevel", "WARNING"],
+    url = f"http://127.0.0.1:{port}/healthz"
+    commands = {
+        "web": (web_command(port, 2, "--log-level", "warning"), answers(url)),
+        "scheduler": (worker_command("scheduler", "gpupool.schedule", 1, level), None),
+        "worker": (worker_command("gpupool", "gpupool", 1, level), None),
+        "beat": (beat_command("WARNING"), None),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return {name: Proc(name, argv, env, logs / f"{name}.log", *([ready] if ready else []))
+            for name, (argv, ready) in commands.items()}
 
 
 def _admin_connection(url: str) -> Any:
@@ -77,22 +68,6 @@ def drop_database(url: str) -> None:
     with conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{urlparse(url).path.lstrip("/")}" WITH (FORCE)')
     conn.close()
-
-
-def wait_healthy(url: str, procs: list[subprocess.Popen[bytes]], what: str, timeout: float = 60.0) -> None:
-    """Until GET {url}/healthz answers 200; RuntimeError if a process exits or `timeout` passes."""
-    import requests
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"{what} did not become healthy within {timeout:.0f} s")
-        time.sleep(0.3)
 
 
 def environment(db_url: str, redis_db: int, **extra: str) -> dict[str, str]:
@@ -129,30 +104,15 @@ def tokens(env: dict[str, str], usernames: list[str]) -> dict[str, str]:
 
 @contextmanager
 def running(env: dict[str, str], names: tuple[str, ...] = ("web", "scheduler", "worker", "beat")
-            ) -> Iterator[tuple[str, dict[str, subprocess.Popen[bytes]]]]:
+            ) -> Iterator[tuple[str, dict[str, Proc]]]:
     """Start the named processes; yield (base URL, processes) once /healthz answers."""
     port = free_port()
     logs = Path(env["GPUPOOL_VAR_DIR"]) / "log"
     logs.mkdir(exist_ok=True)
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    commands = processes(port)
-    try:
-        for name in names:
-            procs[name] = subprocess.Popen(commands[name], cwd=REPO, env=env, start_new_session=True,
-                                           stdout=(logs / f"{name}.log").open("wb"), stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, list(procs.values()), f"the stack (logs in {logs})")
-        time.sleep(2.0)  # workers connect to the broker
-        yield url, procs
-    finally:
-        for proc in procs.values():
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    procs = {name: proc for name, proc in processes(port, env, logs).items() if name in names}
+    with stack_running(list(procs.values()), timeout=60):
+        time.sleep(2.0)  # workers connect to the broker (their readiness is not logged at WARNING)
+        yield f"http://127.0.0.1:{port}", procs
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -6,7 +6,7 @@ What it does, bounded in time and on loopback only:
   1. creates a fresh database (`--db`, default gpupool_bench_api_wt) on DATABASE_URL's server,
      migrates it, applies a config with a simulated fleet of hosts × 8 GPUs (16,000 by default) and
      discovers it once;
-  2. starts the server the way production does (SERVER_CMD below: the ASGI front, as in
+  2. starts the server the way production does (stacktools.processes.web_command: the ASGI front, as in
      docker-compose.yml) with GPUPOOL_AUTOSCHEDULE=0 (it measures the API, not scheduling passes)
      and a lease rate limit high enough not to throttle the load (GPUPOOL_LEASE_RATE);
   3. closed-loop phases with wrk (a C load generator in its own process, see bench/wrk_api.lua):
@@ -29,7 +29,6 @@ import functools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -44,11 +43,11 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _stack
+from stacktools.processes import Proc, answers, web_command
+from stacktools.ready import free_port
 
-# The server under test, started as production starts it (docker-compose.yml, service `web`):
+# The server under test (Server below) is started as production starts it (docker-compose.yml, `web`):
 # the ASGI front (uvicorn workers under gunicorn), the API on GPUPOOL_WEB_THREADS request threads.
-SERVER_CMD = ("{python} -m gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind 127.0.0.1:{port} "
-              "--workers {workers} --keep-alive 30 --log-level warning")
 
 REPO = Path(__file__).resolve().parent.parent
 LUA = Path(__file__).resolve().parent / "wrk_api.lua"
@@ -125,12 +124,13 @@ def _cpu_seconds(pid: int) -> float:
 
 class Server:
     def __init__(self, env: dict[str, str], workers: int) -> None:
-        self.port = _stack.free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = SERVER_CMD.format(python=sys.executable, port=self.port, workers=workers).split()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, start_new_session=True)
+        argv = web_command(self.port, workers, "--keep-alive", "30", "--log-level", "warning")
+        log = Path(env["GPUPOOL_VAR_DIR"]) / "server.log"
+        self.proc = Proc("the server", argv, env, log, answers(f"{self.base}/healthz"))
         try:
-            _stack.wait_healthy(self.base, [self.proc], "the server")
+            self.proc.start(timeout=60)
         except RuntimeError as exc:
             self.stop()
             raise SystemExit(str(exc)) from None
@@ -139,11 +139,7 @@ class Server:
         return _cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.stop()
 
 
 def _children_cpu() -> float:
@@ -285,7 +281,7 @@ def _report(runs: list[dict[str, dict[str, Any]]], args: argparse.Namespace, sol
 
     names = list(runs[0])
     base, paced_base = "GET /healthz", names[-2]
-    print(f"\nserver: {SERVER_CMD.split(' --bind')[0].replace('{python} -m ', '')} ({args.workers} workers), "
+    print(f"\nserver: {' '.join(web_command(0)[2:6])} ({args.workers} workers), "
           f"PostgreSQL + Redis, {os.cpu_count()} cores shared with the load generator; {args.hosts * 8:,} GPUs")
     print(f"closed loop: wrk {args.threads} threads × {args.connections} connections, {args.seconds:g} s a phase; "
           f"paced: {args.rate:g} req/s for {args.paced_seconds:g} s; medians of {len(runs)} runs")

@@ -14,6 +14,14 @@ from django.conf import settings
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
 
+#: Fixtures shared by several folders, registered once here (a conftest serves only its own folder,
+#: and a fixture imported by hand into another conftest is a second registration of it).
+pytest_plugins = [
+    "tests.support.ssh_fixtures",        # a real sshd, fake GPU hosts (agents, integration)
+    "tests.support.kube",                # kube_api: a Kubernetes API test server (agents, integration, …)
+    "tests.support.dashboard_fixtures",  # the seeded and the busy fleets (frontend, history, api)
+]
+
 
 def pytest_report_header(config: Any) -> list[str]:
     db = settings.DATABASES["default"]

@@ -10,7 +10,7 @@ from django.conf import settings
 from kombu.exceptions import OperationalError
 
 from pool.celery import RECONNECT_MAX_S, BrokerConnection, app
-from tests.support.processes import free_port
+from stacktools.ready import free_port
 
 
 def test_the_app_connects_through_the_bounded_connection() -> None:

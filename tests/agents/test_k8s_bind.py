@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,15 +18,8 @@ from agents.base import (
     BindRequest,
 )
 from agents.k8s_resources import gpu_uuid
-from tests.support.kube import closed_port_url, connector_for, make_pod, running_kube_api
+from tests.support.kube import closed_port_url, connector_for, make_pod
 from tests.support.kube_server import KubeApiServer
-
-
-@pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        yield server
-
 
 NODE = "gpu-a100-mig"
 LEASE = "7c1d2e3f-0000-4000-8000-00000000abcd"

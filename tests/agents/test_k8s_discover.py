@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from kubernetes.client import Configuration
@@ -19,16 +18,8 @@ from tests.support.kube import (
     connector_for,
     derived_node,
     make_pod,
-    running_kube_api,
 )
 from tests.support.kube_server import KubeApiServer
-
-
-@pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        yield server
-
 
 DERIVED_NODES = ["a100-mig-mixed", "t4-timeslicing", "gke-t4", "h100-notready",
                  "a100-mig-single-cordoned", "legacy-alpha-k80"]  # fmt: skip

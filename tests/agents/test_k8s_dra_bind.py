@@ -5,7 +5,6 @@ Over real HTTP against the Kubernetes test server, every object checked against 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes_validate
@@ -13,16 +12,15 @@ import pytest
 
 from agents.base import BIND_FAILED, BIND_GONE, BIND_STARTING, BIND_SUCCEEDED, AgentError, BindRequest
 from agents.k8s_resources import gpu_uuid
-from tests.agents.test_k8s_dra_discover import A100, A100_MIGS, H100, H100_UUIDS, load_dra_cluster
-from tests.support.kube import connector_for, running_kube_api
+from tests.support.kube import A100, A100_MIGS, H100, H100_UUIDS, connector_for, load_dra_cluster
 from tests.support.kube_server import KubeApiServer
 
 
 @pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        load_dra_cluster(server)
-        yield server
+def kube_api(kube_api: KubeApiServer) -> KubeApiServer:
+    """The registered (empty) test server, loaded with the DRA cluster."""
+    load_dra_cluster(kube_api)
+    return kube_api
 
 
 LEASE = "5b9e2c1d-0000-4000-8000-00000000d2a0"

@@ -4,7 +4,6 @@ ResourceClaims, and `device_binding` auto / dra / device_plugin; over real HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import kubernetes_validate
@@ -13,56 +12,20 @@ import pytest
 from agents.base import HEALTH_OK, HEALTH_UNHEALTHY, HOST_READY, HostFact
 from agents.k8s_dra import DEVICE_BINDING_LABEL
 from agents.kubernetes import KubernetesConnector
-from tests.support.kube import DRA_SLICES, connector_for, derived_node, load_json, make_pod, running_kube_api
+from tests.support.kube import (
+    A100,
+    A100_GPU0,
+    A100_GPU1,
+    A100_MIGS,
+    DRA_SLICES,
+    H100,
+    H100_UUIDS,
+    connector_for,
+    derived_node,
+    load_dra_cluster,
+    load_json,
+)
 from tests.support.kube_server import KubeApiServer
-
-
-@pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        yield server
-
-
-H100 = "gpu-h100-dra"
-A100 = "gpu-a100-dra-mig"
-H100_UUIDS = ["GPU-5c0e3a57-9d2b-4f0e-8a61-1f3c2b7d9e01", "GPU-8a4f1d2c-6b3e-4c7a-9e05-2d4b6f8a1c02",
-              "GPU-1e7b9c3d-2a5f-4e8b-b6c4-3f5a7d9b2e03", "GPU-9d2c4e6f-8b1a-4d3c-a7e9-4b6c8e0a3f04"]  # fmt: skip
-A100_GPU0 = "GPU-ddf2a4b6-c8e0-4f1a-9b3c-5d7e9f1b3d10"
-A100_GPU1 = "GPU-3c5e7a9b-1d3f-4a5c-8e7a-6f8b0d2c4e11"
-A100_MIGS = ["MIG-4a6c8e0b-2d4f-5a6c-9e8a-7b9d1f3a5c20", "MIG-6c8e0a2d-4f6b-5c8e-a0b2-8d0f2b4c6e21",
-             "MIG-8e0a2c4f-6b8d-5e0a-b2d4-9f1b3d5e7a22"]  # fmt: skip
-
-
-def allocated_claim(
-    name: str, namespace: str, devices: list[tuple[str, str]], *, lease: str | None = None, **result: Any
-) -> dict[str, Any]:
-    """A ResourceClaim as the scheduler leaves it once allocated: `devices` are (pool, device)."""
-    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
-    if lease:
-        metadata["labels"] = {"gpupool.io/lease": lease}
-    requests = [{"name": f"r{i}", "exactly": {"deviceClassName": "gpu.nvidia.com"}} for i in range(len(devices))]
-    results = [{"request": f"r{i}", "driver": "gpu.nvidia.com", "pool": pool, "device": device, **result}
-               for i, (pool, device) in enumerate(devices)]  # fmt: skip
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
-            "spec": {"devices": {"requests": requests}},
-            "status": {"allocation": {"devices": {"results": results}}}}  # fmt: skip
-
-
-def load_dra_cluster(server: KubeApiServer) -> None:
-    """Two DRA nodes, a device-plugin node beside them, and the claims and pods on them."""
-    server.load_nodes([derived_node("h100-dra"), derived_node("a100-dra-mig"), derived_node("gke-t4")])
-    server.load_slices(DRA_SLICES)
-    for claim in [
-        allocated_claim("notebook-gpu", "research", [(A100, "gpu-0-mig-19-4-1")]),
-        allocated_claim("train-7f9c-gpus-x2kq", "vision", [(H100, "gpu-2")]),
-        allocated_claim("gpupool-lease-9", "gpupool-jobs", [(H100, "gpu-0")], lease="lease-9"),
-        allocated_claim("dcgm-monitor", "monitoring", [(H100, "gpu-1")], adminAccess=True),
-        # Another driver's device of the same name in a pool of the same name: not a GPU.
-        allocated_claim("fast-nic", "default", [(H100, "gpu-3")], driver="sriov.example.com"),
-    ]:
-        server.add_claim(claim)
-    # A pod holding device-plugin GPUs on the A100 node: that count means nothing there.
-    server.add_pod(make_pod("old-style-job", A100, 2, namespace="research"))
 
 
 def hosts_by_name(connector: KubernetesConnector) -> dict[str, HostFact]:

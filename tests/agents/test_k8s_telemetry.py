@@ -13,7 +13,7 @@ import pytest
 from agents import dcgm
 from agents.base import BindRequest
 from agents.kubernetes import KubernetesConnector
-from tests.support.kube import A16_NODELIST, connector_for, derived_node, running_kube_api
+from tests.support.kube import A16_NODELIST, connector_for, derived_node
 from tests.support.kube_server import KubeApiServer
 from tests.support.prometheus_server import DcgmGpu, PrometheusServer
 
@@ -21,11 +21,11 @@ GKE_NODE = "gke-prod-gpu-pool-3c1a2b7e-x1z2"  # derived-gke-t4: two T4s
 
 
 @pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        server.load_nodes(A16_NODELIST)
-        server.load_nodes(derived_node("gke-t4"))
-        yield server
+def kube_api(kube_api: KubeApiServer) -> KubeApiServer:
+    """The registered (empty) test server with an A16 node and a GKE T4 node."""
+    kube_api.load_nodes(A16_NODELIST)
+    kube_api.load_nodes(derived_node("gke-t4"))
+    return kube_api
 
 
 @pytest.fixture

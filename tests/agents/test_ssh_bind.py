@@ -22,41 +22,18 @@ from agents.base import (
     BIND_RUNNING,
     BIND_SUCCEEDED,
     BindingStatus,
-    BindRequest,
 )
 from agents.ssh import SshConnector
+from stacktools.ready import wait_for
+from tests.support.ssh_binding import UUIDS, alive, request
 
 pytestmark = pytest.mark.sshd
 Config = Callable[..., dict[str, Any]]
-UUIDS = ("GPU-63d1e50a-b952-d15c-0740-12bc14859142", "MIG-4d0efb7d-0970-51d9-b761-0686be6b8af3")
 
 
 @pytest.fixture
 def connector(ssh_config: Config) -> SshConnector:
     return SshConnector("lab", ssh_config())
-
-
-def request(lease_id: str, command: list[str], env: dict[str, str] | None = None) -> BindRequest:
-    spec = {"kind": "process", "command": command, "env": env or {}}
-    return BindRequest(lease_id=lease_id, host_name="gpu-a", host_address="127.0.0.1",
-                       gpu_uuids=UUIDS, spec=spec)  # fmt: skip
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def wait_ended(connector: SshConnector, status: BindingStatus) -> BindingStatus:

@@ -13,14 +13,10 @@ from agents import ssh_scripts
 from agents.base import AgentError, BindRequest
 from agents.ssh import SshConnector
 from agents.ssh_session import PinnedKey, load_private_key
-from tests.support.sshd import new_ed25519
+from tests.support.sshd import new_ed25519, pinned_config, sample_public_key
 
-_, PUBLIC = new_ed25519()
-
-
-def config(**overrides: Any) -> dict[str, Any]:
-    return {"user": "gpu", "key_file": "/etc/gpupool/id_ed25519",
-            "hosts": [{"address": "10.0.0.5", "port": 22, "host_key": PUBLIC}], **overrides}  # fmt: skip
+PUBLIC = sample_public_key()
+config = pinned_config
 
 
 def test_a_complete_entry_has_no_errors() -> None:

@@ -18,7 +18,8 @@ import pytest
 
 from agents.base import BIND_RUNNING, AgentError, BindRequest
 from agents.ssh import SshConnector
-from tests.agents.test_ssh_bind import alive, request, wait_for
+from stacktools.ready import wait_for
+from tests.support.ssh_binding import alive, request
 
 pytestmark = pytest.mark.sshd
 Config = Callable[..., dict[str, Any]]

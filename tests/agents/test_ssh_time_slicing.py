@@ -14,7 +14,7 @@ import pytest
 from agents.base import BIND_RUNNING, BIND_SUCCEEDED, BindRequest
 from agents.ssh import SshConnector
 from agents.time_slicing import physical_uuids, replica_uuid
-from tests.support.sshd import FakeHost, SshServer
+from tests.support.sshd import FakeHost, SshServer, pinned_config
 
 Config = Callable[..., dict[str, Any]]
 T4 = "GPU-d37e67a5-91dd-3774-a5cb-99096249601a"
@@ -82,16 +82,12 @@ def test_physical_uuids_of_plain_gpus_and_mig_devices_are_themselves() -> None:
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, "4", True, 129, None])
 def test_a_bad_replica_count_is_refused_naming_the_field(value: Any) -> None:
-    from tests.agents.test_ssh_config import config
-
-    hosts = [{**config()["hosts"][0], "time_slicing": value}]
-    errors = SshConnector.validate_config(config(hosts=hosts))
+    hosts = [{**pinned_config()["hosts"][0], "time_slicing": value}]
+    errors = SshConnector.validate_config(pinned_config(hosts=hosts))
     assert len(errors) == 1 and errors[0].startswith("hosts[0]: time_slicing must be an integer from 1 to 128")
     assert repr(value) in errors[0]
 
 
 def test_one_replica_is_the_default_and_changes_nothing() -> None:
-    from tests.agents.test_ssh_config import config
-
-    hosts = [{**config()["hosts"][0], "time_slicing": 1}]
-    assert SshConnector.validate_config(config(hosts=hosts)) == []
+    hosts = [{**pinned_config()["hosts"][0], "time_slicing": 1}]
+    assert SshConnector.validate_config(pinned_config(hosts=hosts)) == []

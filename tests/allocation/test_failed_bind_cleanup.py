@@ -6,7 +6,6 @@ come back; a pod of the same name that is not the lease's is left alone."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,19 +16,13 @@ from allocation.engine import run_pass
 from allocation.ledger_check import ledger_check
 from allocation.models import Lease
 from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
-from tests.support.kube import derived_node, running_kube_api
+from tests.support.kube import derived_node
 from tests.support.kube_server import KubeApiServer
 
 pytestmark = pytest.mark.django_db
 NS = "gpupool-jobs"
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"},
        "spec": {"containers": [{"name": "main", "image": "pytorch/pytorch:2.4", "command": ["python", "train.py"]}]}}
-
-
-@pytest.fixture
-def kube_api() -> Iterator[KubeApiServer]:
-    with running_kube_api() as server:
-        yield server
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from allocation.workloads import binding
 from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from inventory.discovery import source_connector, source_discover
 from inventory.models import Gpu, Host, Source
-from tests.support.sshd import FakeHost, SshServer, sshd_missing_reason, write_fleet
+from tests.support.sshd import FakeHost, SshServer, sshd_or_skip, write_fleet
 
 pytestmark = [pytest.mark.sshd, pytest.mark.django_db]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "stopping"
@@ -42,10 +42,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "stopping"
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     """An sshd of this module's own: the tests stop it (SIGSTOP) and let it go on (SIGCONT)."""
-    reason = sshd_missing_reason()
-    if reason:
-        pytest.skip(f"real-sshd tier skipped: {reason}")
-    with SshServer(tmp_path_factory.mktemp("stopping-sshd")) as server:
+    with sshd_or_skip(tmp_path_factory.mktemp("stopping-sshd")) as server:
         yield server
 
 

@@ -52,16 +52,6 @@ def schema(client: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def seeded(demo_fleet: Any, make_user: Any, settings: Any) -> Any:
-    """The dashboard's lived-in fleet (tests/frontend/seed.py): leases granted on three training
-    hosts, one free host, leases waiting in both pools; users alice, carol, dave and root (admin)."""
-    from tests.frontend.seed import seed_dashboard
-
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    return seed_dashboard(make_user)
-
-
-@pytest.fixture
 def database_rows() -> Any:
     """`database_rows()`: every row a capacity move could touch (GPUs, hosts, pools, leases and
     their GPUs, quotas, the audit log), to compare before and after a call."""

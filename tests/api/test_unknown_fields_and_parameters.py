@@ -5,7 +5,6 @@ is what that document says, and everything it documents is accepted."""
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -16,11 +15,6 @@ from django.utils import timezone
 pytestmark = pytest.mark.django_db
 
 STRAY = "zz_not_a_field"
-
-
-@pytest.fixture
-def schema(client: Any) -> dict[str, Any]:
-    return json.loads(client.get("/api/v1/schema/?format=json").content)
 
 
 @pytest.fixture

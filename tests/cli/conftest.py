@@ -72,9 +72,3 @@ def worker() -> Iterator[threading.Event]:
     yield stop
     stop.set()
     thread.join(timeout=10)
-
-
-def lease_row(lease_id: str) -> Any:
-    from allocation.models import Lease
-
-    return Lease.objects.get(pk=lease_id)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.cli.conftest import lease_row
+from allocation.models import Lease
 
 
 @pytest.mark.django_db(transaction=True)
@@ -19,17 +19,17 @@ def test_request_wait_returns_the_granted_lease_and_release_ends_it(server, work
     fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line and not line.startswith(" "))
     lease_id = fields["id"].strip()
     assert fields["state"].strip() == "granted" and fields["gpus"].strip() == "2/2"
-    assert lease_row(lease_id).ttl_seconds == 1800
+    assert Lease.objects.get(pk=lease_id).ttl_seconds == 1800
 
     _, out, _ = server.run("ls")
     assert lease_id[:8] in out and "granted" in out
     code, out, _ = server.run("show", lease_id[:8])
     assert code == 0 and "audit trail" in out and "lease.granted" in out and "system:scheduler" in out
     code, out, _ = server.run("renew", lease_id, "--ttl", "1h")
-    assert code == 0 and "renewed" in out and lease_row(lease_id).ttl_seconds == 3600
+    assert code == 0 and "renewed" in out and Lease.objects.get(pk=lease_id).ttl_seconds == 3600
     code, out, _ = server.run("release", lease_id)
     assert code == 0 and "released" in out
-    assert lease_row(lease_id).state == "released"
+    assert Lease.objects.get(pk=lease_id).state == "released"
     _, out, _ = server.run("ls")
     assert lease_id[:8] not in out
     _, out, _ = server.run("ls", "--all", "-o", "json")

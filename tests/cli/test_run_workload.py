@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.conftest import lease_row
+from allocation.models import Lease
 
 
 @pytest.mark.django_db(transaction=True)
@@ -16,12 +16,11 @@ def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker
     assert out == ""  # progress goes to stderr: stdout stays clean for scripts
     assert "running on demo-node-" in err
     assert "lease released: simulated workload finished" in err
-    from allocation.models import Lease
 
     lease = Lease.objects.get()
     assert lease.binding_spec["command"] == ["python", "train.py", "--epochs", "1"]
     assert lease.binding_spec["env"] == {"SEED": "7"} and lease.binding_spec["kind"] == "process"
-    assert lease_row(str(lease.pk)).state == "released"
+    assert Lease.objects.get(pk=str(lease.pk)).state == "released"
 
 
 @pytest.mark.django_db(transaction=True)

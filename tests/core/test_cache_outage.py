@@ -15,7 +15,7 @@ import redis
 from django.core.cache import cache
 from django.test import override_settings
 
-from tests.support.processes import free_port
+from stacktools.ready import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 

@@ -13,12 +13,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.processes import REPO, process_env
+from stacktools.processes import REPO
+from tests.support.processes import process_env
 
 ARTIFACTS = REPO / "test-artifacts" / "faults"
 
@@ -48,16 +48,6 @@ class Figures:
         path.write_text(json.dumps({"scenario": self.scenario, **self.values}, indent=2, default=str) + "\n")
         print(f"\n[fault figures] {self.scenario}: " + ", ".join(f"{k}={v}" for k, v in self.values.items()))
         return path
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    """Poll `predicate` until it returns something true or `timeout` passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    value = predicate()
-    while not value and time.monotonic() < deadline:
-        time.sleep(interval)
-        value = predicate()
-    return value
 
 
 # --- shifted clocks (libfaketime) ----------------------------------------------------------------

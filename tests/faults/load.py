@@ -6,6 +6,11 @@ name the same lease), renews and releases its own, and lists; an admin client co
 uncordons hosts, moves GPUs between pools and changes quotas. Each client writes one JSON summary:
 answers per operation and status, every 5xx and every connection error with its wall-clock time
 (a scenario forgives those inside its outage windows only), and latencies.
+
+A client starts its work only once the API answers it (healthz, then its own authenticated reads,
+retried to a deadline): on a busy machine a client process can take seconds to start, and what it
+reads first must not be mistaken for the scenario's fault. It then touches `ready_file`, and the
+scenario injects its fault only once every client has (tests.faults.scenario.Load.start).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ from typing import Any
 
 import requests
 
+from stacktools.ready import wait_http_ok
+
 MEMBER_OPS = (("create", 30), ("create_keyed", 10), ("replay", 4), ("renew", 20), ("release", 22),
               ("get", 8), ("list", 6))
 ADMIN_OPS = (("cordon", 15), ("uncordon", 30), ("drain", 6), ("move", 20), ("quota", 20), ("list", 9))
 MAX_HELD = 6
+#: How long a client waits for the API to answer it at start.
+READY_TIMEOUT_S = 120
 # TTLs (and renewals) of at most a minute: once the load stops, every lease it holds ends within
 # one, so whatever is still pending must then be granted (the scenarios wait for that).
 
@@ -105,16 +114,47 @@ class Client:
         else:
             self.call("list", "GET", "/leases/", params={"state": "pending", "limit": 20})
 
-    # --- admin operations --------------------------------------------------------------------
-    def admin_setup(self) -> None:
-        hosts = self.call("setup", "GET", "/hosts/", params={"limit": 500})
-        gpus = self.call("setup", "GET", "/gpus/", params={"limit": 1000})
-        quotas = self.call("setup", "GET", "/quotas/", params={"limit": 500})
-        assert hosts is not None and gpus is not None and quotas is not None, "the API is down at start"
-        self.hosts = [h["id"] for h in _items(hosts.json()) if h["source"] in self.spec["sources"]]
-        self.gpus = [(g["uuid"], g["pool"]) for g in _items(gpus.json()) if g["pool"] in self.spec["pools"]]
-        self.quotas = [q["id"] for q in _items(quotas.json())]
+    # --- at start: wait until the API answers -------------------------------------------------
+    def ready_get(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """GET a list at start: retried until it answers 200 (connection errors and 5xx while the
+        stack warms up are not counted), its items returned."""
+        deadline, last = time.monotonic() + READY_TIMEOUT_S, "no answer"
+        while True:
+            try:
+                response = self.http.get(self.url + path, params=params, timeout=30)
+                if response.status_code == 200:
+                    break
+                last = f"{response.status_code} {response.text[:200]!r}"
+            except requests.RequestException as error:
+                last = type(error).__name__
+            assert time.monotonic() < deadline, (
+                f"{self.spec['name']}: GET {path} did not answer 200 within {READY_TIMEOUT_S} s (last: {last})")
+            time.sleep(0.5)
+        payload = response.json()
+        assert isinstance(payload, list) or "results" in payload, f"GET {path}: not a list: {str(payload)[:300]}"
+        return _items(payload)
 
+    def wait_ready(self) -> None:
+        """Until the API answers this client: /healthz, then an authenticated read (and, for the
+        admin, the hosts, GPUs and quotas it works on)."""
+        wait_http_ok(self.spec["url"] + "/healthz", READY_TIMEOUT_S, what="the API (healthz)")
+        self.ready_get("/leases/", limit=1)
+        if self.spec.get("admin"):
+            self.admin_setup()
+        if self.spec.get("ready_file"):
+            with open(self.spec["ready_file"], "w") as ready:
+                ready.write("ready")
+
+    def admin_setup(self) -> None:
+        hosts = self.ready_get("/hosts/", limit=500)
+        gpus = self.ready_get("/gpus/", limit=1000)
+        self.quotas = [q["id"] for q in self.ready_get("/quotas/", limit=500)]
+        self.hosts = [h["id"] for h in hosts if h["source"] in self.spec["sources"]]
+        self.gpus = [(g["uuid"], g["pool"]) for g in gpus if g["pool"] in self.spec["pools"]]
+        assert self.hosts and self.gpus and self.quotas, (
+            f"admin: nothing to work on (hosts {len(self.hosts)}, GPUs {len(self.gpus)}, quotas {len(self.quotas)})")
+
+    # --- admin operations --------------------------------------------------------------------
     def admin_op(self, op: str) -> None:
         if op in ("cordon", "uncordon", "drain"):
             self.call(op, "POST", f"/hosts/{self.rng.choice(self.hosts)}/{op}/")
@@ -139,8 +179,7 @@ class Client:
     # --- the loop ----------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         admin = self.spec.get("admin", False)
-        if admin:
-            self.admin_setup()
+        self.wait_ready()
         table = ADMIN_OPS if admin else MEMBER_OPS
         names, weights = [n for n, _ in table], [w for _, w in table]
         deadline = time.time() + self.spec.get("duration_s", 1e9)

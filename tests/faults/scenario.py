@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults.agent_fixtures import Figures, wait_until
+from stacktools.processes import REPO
+from stacktools.ready import wait_until
+from tests.faults.agent_fixtures import Figures
 from tests.faults.invariants import Sampler, eligible_pending, ending_leases, final_check
+from tests.faults.load import READY_TIMEOUT_S
 from tests.faults.stack import Stack
-from tests.support.processes import REPO
 
 #: `make faults` sets GPUPOOL_FAULTS=full: the sizes the issue asks for. `make test` runs the
 #: same scenarios reduced to a few minutes in all.
@@ -61,6 +63,7 @@ class Load:
     admin: bool = True
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     outs: list[Path] = field(default_factory=list)
+    readies: list[Path] = field(default_factory=list)
 
     def start(self) -> Load:
         self.stop_file = self.root / "stop-load"
@@ -68,18 +71,34 @@ class Load:
         names = MEMBERS[: self.clients] + (["admin"] if self.admin else [])
         for i, name in enumerate(names):
             out = self.root / f"load-{name}.json"
+            ready = self.root / f"load-{name}.ready"
+            ready.unlink(missing_ok=True)
             spec = {"name": name, "url": self.stack.url, "token": self.stack.tokens[name], "seed": i,
                     "pools": list(POOLS), "sources": [f"sim-{p}" for p in POOLS], "admin": name == "admin",
-                    "out": str(out), "stop_file": str(self.stop_file)}
+                    "out": str(out), "stop_file": str(self.stop_file), "ready_file": str(ready)}
             if self.ops_each is not None and name != "admin":
                 spec["ops"] = self.ops_each
             if self.duration_s is not None:
                 spec["duration_s"] = self.duration_s
             self.outs.append(out)
+            self.readies.append(ready)
             self.procs.append(subprocess.Popen([sys.executable, "-m", "tests.faults.load", json.dumps(spec)],
                                                cwd=REPO))
         self.began = time.time()
+        self.wait_ready()
         return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S + 30) -> None:
+        """Until every client has read what it needs from the API (it touches its ready file):
+        a scenario's fault must not meet a client still starting (on a busy machine, seconds)."""
+        def all_ready() -> bool:
+            gone = [ready.stem for ready, proc in zip(self.readies, self.procs, strict=True) if proc.poll() is not None]
+            assert not gone, f"load clients exited before they were ready: {gone}"
+            return all(ready.exists() for ready in self.readies)
+
+        if not wait_until(all_ready, timeout, interval=0.2):
+            waiting = [ready.stem for ready in self.readies if not ready.exists()]
+            raise AssertionError(f"load clients not ready within {timeout:.0f} s: {waiting}")
 
     def stop_admin_when_members_done(self) -> None:
         """A count-bound run: once every member has done its share, tell the admin to finish."""

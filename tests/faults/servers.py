@@ -15,13 +15,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from tests.support.processes import free_port
+from stacktools.ready import free_port, wait_port
 
 
 def postgres_bin() -> Path | None:
@@ -42,20 +41,6 @@ def missing_reason() -> str | None:
         except KeyError:
             return "running as root and no 'postgres' user to run the PostgreSQL server as"
     return None
-
-
-def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Wait until something accepts TCP connections on 127.0.0.1:`port`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {timeout:.0f} s")
 
 
 def _as_postgres() -> tuple[int, int] | None:

@@ -1,32 +1,38 @@
 """The whole of gpupool as real processes on the suite's own servers: PostgreSQL and Redis
-(tests.faults.servers), the web server (gunicorn, two workers), two Celery workers and beat.
-
-Each process runs in a session of its own, so `kill9` takes it down as the kernel's OOM killer or a
-lost node would: the process and its children (gunicorn's and Celery's pool workers) at once,
-without a chance to clean up. Every process names itself to PostgreSQL (`application_name`), so a
-scenario can tell from `pg_stat_activity` which one holds a pool's scheduling lock.
+(tests.faults.servers), the web server (gunicorn, two workers), two Celery workers and beat, started
+as stacktools.processes starts them (in sessions of their own, so that `Proc.kill9` takes a process
+and its children down at once, as the OOM killer would). Every process names itself to PostgreSQL
+(`application_name`), so a scenario can tell from `pg_stat_activity` which one holds a pool's
+scheduling lock.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from stacktools.processes import (
+    BEAT_READY,
+    PY,
+    REPO,
+    WORKER_READY,
+    Proc,
+    answers,
+    beat_command,
+    log_says,
+    web_command,
+    worker_command,
+)
+from stacktools.ready import free_port, wait_http_ok
 from tests.faults.servers import PostgresServer, RedisServer
-from tests.support.processes import REPO, free_port
 
-PY = sys.executable
 #: The scheduling pass and beat's periodic entries: short, so recovery is measured in seconds.
 PASS_INTERVAL_S = 2
 SETUP = """
@@ -46,66 +52,6 @@ for name, spec in json.loads(sys.argv[1]).items():
     tokens[name] = token_issue(user=user, name="fault suite")
 print("@@tokens " + json.dumps(tokens))
 """
-
-
-class Proc:
-    """One gpupool process (and its children), restartable."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path,
-                 ready: Callable[[Proc], bool]) -> None:
-        self.name, self.argv, self.env, self.log_path, self.ready = name, argv, env, log, ready
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self, timeout: float = 90) -> float:
-        """Start it and wait until ready; returns the seconds that took."""
-        began = time.monotonic()
-        self.mark = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        self.starts += 1
-        while not self.ready(self):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
-            if time.monotonic() - began > timeout:
-                raise RuntimeError(f"{self.name} not ready after {timeout:.0f} s:\n{self.tail()}")
-            time.sleep(0.1)
-        return time.monotonic() - began
-
-    def log_since_start(self) -> str:
-        with self.log_path.open("rb") as log:
-            log.seek(self.mark)
-            return log.read().decode(errors="replace")
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def kill9(self) -> None:
-        """SIGKILL to the whole process group: no handler runs, nothing is acknowledged."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=20)
-        except ProcessLookupError:
-            pass
-        self.proc = None
-
-
-def _log_says(text: str) -> Callable[[Proc], bool]:
-    return lambda proc: text in proc.log_since_start()
 
 
 class Stack:
@@ -155,28 +101,27 @@ class Stack:
         self._define()
         for proc in self.procs.values():
             proc.start()
+        self.wait_ready()
+
+    def wait_ready(self, user: str = "admin", timeout: float = 90) -> None:
+        """Until the API answers `user` (healthz answers before the first authenticated request
+        does: a worker of gunicorn's may still be starting, on a busy machine for seconds)."""
+        headers = {"Authorization": f"Token {self.tokens[user]}"}
+        try:
+            wait_http_ok(f"{self.url}/api/v1/leases/?limit=1", timeout, headers=headers, what=f"the API, for {user},")
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n{self.dump_logs()}") from None
 
     def _define(self) -> None:
         logs = self.root / "logs"
         logs.mkdir(exist_ok=True)
         for name in ("worker-a", "worker-b"):
-            self.procs[name] = Proc(name, [
-                PY, "-m", "celery", "-A", "pool", "worker", "-P", "prefork", "-c", "2",
-                "-Q", "gpupool,gpupool.schedule", "-l", "INFO", "-n", f"{name}@%h",
-                "--without-gossip", "--without-mingle"], self.env(name), logs / f"{name}.log", _log_says("ready."))
-        self.procs["beat"] = Proc("beat", [
-            PY, "-m", "celery", "-A", "pool", "beat", "-l", "INFO", "-s", str(self.root / "var" / "beat-schedule")],
-            self.env("beat"), logs / "beat.log", _log_says("beat: Starting"))
-        self.procs["web"] = Proc("web", [
-            PY, "-m", "gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
-            "--bind", f"127.0.0.1:{self.port}", "--workers", "2", "--graceful-timeout", "2",
-            "--access-logfile", "-"], self.env("web"), logs / "web.log", lambda _: self.healthy())
-
-    def healthy(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+            argv = worker_command(name, "gpupool,gpupool.schedule", 2, "INFO", "-P", "prefork")
+            self.procs[name] = Proc(name, argv, self.env(name), logs / f"{name}.log", log_says(WORKER_READY))
+        self.procs["beat"] = Proc("beat", beat_command("INFO", self.root / "var" / "beat-schedule"),
+                                  self.env("beat"), logs / "beat.log", log_says(BEAT_READY))
+        self.procs["web"] = Proc("web", web_command(self.port, 2, "--access-logfile", "-"), self.env("web"),
+                                 logs / "web.log", answers(f"{self.url}/healthz"))
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -191,6 +136,23 @@ class Stack:
         session = requests.Session()
         session.headers["Authorization"] = f"Token {self.tokens[user]}"
         return session
+
+    def api(self, http: requests.Session, method: str, path: str, timeout: float = 60, **kwargs: Any) -> Any:
+        """A scenario's own API call, outside its fault: retried on connection errors and 5xx until
+        `timeout`, then its JSON; an AssertionError naming the answer if it is not a 2xx."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                response = http.request(method, f"{self.url}{path}", timeout=30, **kwargs)
+                last = f"{response.status_code} {response.text[:300]!r}"
+                if response.status_code < 500:
+                    break
+            except requests.RequestException as error:
+                last = type(error).__name__
+            assert time.monotonic() < deadline, f"{method} {path}: no answer within {timeout:g} s (last: {last})"
+            time.sleep(0.2)
+        assert response.ok, f"{method} {path}: {last}"
+        return response.json()
 
     def dump_logs(self) -> str:
         return "\n".join(f"--- {name} ---\n{proc.tail(2000)}" for name, proc in self.procs.items())

@@ -20,7 +20,8 @@ import requests
 
 from allocation.models import Lease
 from core.db import db_now
-from tests.faults.agent_fixtures import Figures, faketime_missing_reason, run_skewed, skewed_env, wait_until
+from stacktools.ready import wait_until
+from tests.faults.agent_fixtures import Figures, faketime_missing_reason, run_skewed, skewed_env
 from tests.support.processes import web_server
 from tests.support.tokens import api_key
 

@@ -25,8 +25,9 @@ from allocation.workloads.binding import TransientBindError, bindings_observe, l
 from inventory.discovery import source_discover
 from inventory.models import Host, Source
 from inventory.sync import hosts_mark_stale
-from tests.faults.agent_fixtures import Figures, wait_until
-from tests.support.kube import derived_node, running_kube_api
+from stacktools.ready import wait_until
+from tests.faults.agent_fixtures import Figures
+from tests.support.kube import derived_node
 from tests.support.kube_server import KubeApiServer
 
 pytestmark = pytest.mark.django_db
@@ -35,12 +36,6 @@ LABEL = "gpupool.io/lease"
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"},
        "spec": {"containers": [{"name": "main", "image": "pytorch/pytorch:2.4", "command": ["python", "t.py"]}]}}
 REQUEST_TIMEOUT_S = 1
-
-
-@pytest.fixture
-def kube_api() -> Any:
-    with running_kube_api() as server:
-        yield server
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.faults.agent_fixtures import wait_until
+from stacktools.ready import wait_until
 from tests.faults.scenario import FULL, begin, errors_outside, p, record_load, settle_and_check
 from tests.faults.stack import Proc, Stack
 
@@ -44,10 +44,9 @@ def pass_lock_holder(conn: Any) -> str | None:
 def probe(stack: Stack, http: Any) -> float:
     """Create a 1-GPU lease in the probe pool; seconds until a pass granted it (then released)."""
     began = time.monotonic()
-    lease = http.post(f"{stack.url}/api/v1/leases/", json={"pool": "probe", "gpus": 1, "ttl_seconds": 60},
-                      timeout=30).json()["id"]
-    granted = wait_until(lambda: http.get(f"{stack.url}/api/v1/leases/{lease}/", timeout=30).json()["state"]
-                         == "granted", timeout=60, interval=0.05)
+    lease = stack.api(http, "POST", "/api/v1/leases/", json={"pool": "probe", "gpus": 1, "ttl_seconds": 60})["id"]
+    granted = wait_until(lambda: stack.api(http, "GET", f"/api/v1/leases/{lease}/")["state"] == "granted",
+                         timeout=60, interval=0.05)
     elapsed = time.monotonic() - began
     http.post(f"{stack.url}/api/v1/leases/{lease}/release/", timeout=30)
     assert granted, f"probe lease {lease} not granted in 60 s\n{stack.dump_logs()}"

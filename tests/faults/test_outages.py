@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.faults.agent_fixtures import wait_until
+from stacktools.ready import wait_until
 from tests.faults.scenario import FULL, begin, errors_outside, p, record_load, settle_and_check
 from tests.faults.stack import Stack
 
@@ -41,7 +41,7 @@ def _create_probe(stack: Stack, http: requests.Session) -> tuple[int, str | None
 
 
 def _states(stack: Stack, http: requests.Session, leases: list[str]) -> list[str]:
-    return [http.get(f"{stack.url}/api/v1/leases/{lease}/", timeout=30).json()["state"] for lease in leases]
+    return [stack.api(http, "GET", f"/api/v1/leases/{lease}/")["state"] for lease in leases]
 
 
 def test_redis_down_the_api_accepts_leases_and_passes_resume_after(stack: Stack, tmp_path: Path) -> None:

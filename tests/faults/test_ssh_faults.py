@@ -31,7 +31,7 @@ from allocation.workloads.binding import lease_bind, lease_unbind
 from inventory.discovery import source_discover
 from inventory.models import Host, Source
 from tests.faults.agent_fixtures import Figures
-from tests.support.sshd import FakeHost, SshServer, new_ed25519, sshd_missing_reason, write_fleet
+from tests.support.sshd import FakeHost, SshServer, new_ed25519, sshd_or_skip, write_fleet
 
 # Threads stand for concurrent workers: they need the rows committed, as real workers do.
 pytestmark = [pytest.mark.sshd, pytest.mark.django_db(transaction=True)]
@@ -41,10 +41,7 @@ CONNECT_TIMEOUT_S, COMMAND_TIMEOUT_S = 2, 2
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    reason = sshd_missing_reason()
-    if reason:
-        pytest.skip(f"real-sshd tier skipped: {reason}")
-    with SshServer(tmp_path_factory.mktemp("fault-sshd")) as server:
+    with sshd_or_skip(tmp_path_factory.mktemp("fault-sshd")) as server:
         yield server
 
 

@@ -1,4 +1,5 @@
-"""Dashboard fixtures: a seeded fleet, logged-in clients, and (for browser tests) Chromium."""
+"""Dashboard fixtures: logged-in clients and (for browser tests) Chromium; the seeded fleets are
+tests.support.dashboard_fixtures'."""
 
 from __future__ import annotations
 
@@ -8,18 +9,6 @@ from typing import Any
 import pytest
 
 from tests.frontend.browser import launch
-from tests.frontend.seed import Seeded, seed_dashboard
-
-
-@pytest.fixture
-def fast_passwords(settings: Any) -> None:
-    """Seeding logs users in with real passwords; a cheap hasher keeps that quick."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def seeded(demo_fleet: Any, make_user: Any, fast_passwords: None) -> Seeded:
-    return seed_dashboard(make_user)
 
 
 @pytest.fixture
@@ -54,13 +43,3 @@ def page(browser: Any) -> Iterator[Any]:
     yield page
     page.close()
     assert not errors, f"JavaScript errors: {errors}"
-
-
-@pytest.fixture
-def recorded(demo_fleet: Any, make_user: Any) -> Any:
-    """The busy demo fleet of the history tests with three minutes of history recorded."""
-    from tests.history.busy import busy_fleet, record_minutes
-
-    busy = busy_fleet(make_user)
-    record_minutes(3)
-    return busy

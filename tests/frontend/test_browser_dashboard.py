@@ -13,7 +13,7 @@ from allocation.engine import run_pass
 from allocation.services.leases import lease_create
 from inventory.models import Gpu, Host
 from tests.frontend.browser import log_in, needs_chromium, series_pixels, shoot
-from tests.frontend.seed import PASSWORD
+from tests.support.seed import PASSWORD
 from tests.support.tokens import api_key
 
 pytestmark = [pytest.mark.browser, needs_chromium]

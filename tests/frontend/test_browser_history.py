@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.frontend.browser import WIDTHS, log_in, needs_chromium, series_pixels, shoot
-from tests.frontend.seed import PASSWORD
+from tests.support.seed import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, needs_chromium]
 

@@ -15,7 +15,7 @@ from allocation.services.admin import host_admin_action
 from allocation.services.leases import lease_create
 from inventory.models import Host, Pool
 from tests.frontend.browser import log_in, needs_chromium, shoot
-from tests.frontend.seed import PASSWORD
+from tests.support.seed import PASSWORD
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 

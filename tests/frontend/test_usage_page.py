@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +16,8 @@ from django.utils import timezone
 
 from allocation.models import LeaseUsage
 from allocation.services.budgets import budgets_refresh
-from tests.frontend.browser import launch, log_in, needs_chromium, shoot
-from tests.frontend.seed import PASSWORD
+from tests.frontend.browser import log_in, needs_chromium, shoot
+from tests.support.seed import PASSWORD
 
 pytestmark = pytest.mark.django_db
 WINDOW = "since=2026-11-09&until=2026-11-11"
@@ -92,13 +91,6 @@ def test_budgets_show_their_use_and_warning(metered: Any, client_for: Any, apply
     assert "Spent: new leases are refused" in html
     assert client_for(metered.users["carol"]).get("/usage/").content.decode().count('class="budget') == 0
     assert 'href="/usage/" aria-current="page">Usage</a>' in html
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        yield from launch()
 
 
 @pytest.mark.browser

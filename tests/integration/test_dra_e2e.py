@@ -16,8 +16,7 @@ from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.workloads.binding import lease_bind, lease_unbind
 from inventory.models import Gpu
-from tests.agents.test_k8s_dra_discover import H100, H100_UUIDS, allocated_claim
-from tests.support.kube import DRA_SLICES, derived_node, running_kube_api
+from tests.support.kube import DRA_SLICES, H100, H100_UUIDS, allocated_claim, derived_node, running_kube_api
 from tests.support.kube_server import KubeApiServer
 
 pytestmark = pytest.mark.django_db

@@ -1,11 +1,9 @@
-"""Start real gpupool processes (Celery worker, beat) against the test database."""
+"""Start real gpupool processes (web server, Celery worker) against the test database; the command
+lines and the waits are stacktools' (shared with the benchmarks and the fault stack)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +12,9 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
-REPO = Path(__file__).resolve().parents[2]
+from stacktools.processes import WORKER_READY, Proc, answers, log_says, web_command, worker_command
+from stacktools.processes import running as stack_running
+from stacktools.ready import free_port
 
 
 def test_database_url() -> str:
@@ -35,71 +35,23 @@ def process_env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def celery_worker(log_path: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `celery worker` process; waits until it is ready, stops it afterwards."""
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "pool", "worker", "-P", "solo", "-Q", "gpupool,gpupool.schedule",
-         "-l", "INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-n", f"test-{os.getpid()}@%h"],
-        cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if b"ready." in log_path.read_bytes():
-                break
-            if proc.poll() is not None:
-                raise RuntimeError(f"celery worker exited early:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"celery worker not ready in 60 s:\n{log_path.read_text()[-3000:]}")
-        yield proc
-    finally:
-        _stop(proc)
-        log.close()
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def celery_worker(log_path: Path, **env: str) -> Iterator[Proc]:
+    """A real `celery worker` process (solo pool); waits until it is ready, stops it afterwards."""
+    log_path.unlink(missing_ok=True)
+    argv = worker_command(f"test-{os.getpid()}", "gpupool,gpupool.schedule", 1, "INFO", "-P", "solo",
+                          "--without-heartbeat")
+    with stack_running([Proc("celery worker", argv, process_env(**env), log_path, log_says(WORKER_READY))],
+                       timeout=60) as (worker,):
+        yield worker
 
 
 @contextmanager
 def web_server(log_path: Path, **env: str) -> Iterator[str]:
     """The production web server (gunicorn + uvicorn worker on pool.asgi) on a free loopback
     port; yields its base URL once /healthz answers."""
-    import requests
-
     port = free_port()
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
-         "--bind", f"127.0.0.1:{port}", "--workers", "1", "--graceful-timeout", "2"],
-        cwd=REPO, env=process_env(**env), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"web server did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
+    log_path.unlink(missing_ok=True)
+    with stack_running([Proc("web server", web_command(port, 1), process_env(**env), log_path,
+                             answers(f"{url}/healthz"))], timeout=60):
         yield url
-    finally:
-        _stop(proc)
-        log.close()

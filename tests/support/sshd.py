@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import getpass
 import os
 import shlex
@@ -18,12 +19,16 @@ import socket
 import subprocess
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from agents.nvidia_smi.csv import QUERY_GPU_FIELDS as AGENT_QUERY_GPU_FIELDS
+from stacktools.ready import free_port
 
 SSHD = Path("/usr/sbin/sshd")
 REPO = Path(__file__).resolve().parents[2]
@@ -59,10 +64,26 @@ def new_ed25519() -> tuple[str, str]:
     return private, public
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+@functools.cache
+def sample_public_key() -> str:
+    """One ed25519 public key line per test session, for configurations that only pin a key."""
+    return new_ed25519()[1]
+
+
+def pinned_config(**overrides: Any) -> dict[str, Any]:
+    """A valid SSH source configuration (one host, its key pinned) that reaches no sshd."""
+    return {"user": "gpu", "key_file": "/etc/gpupool/id_ed25519",
+            "hosts": [{"address": "10.0.0.5", "port": 22, "host_key": sample_public_key()}], **overrides}  # fmt: skip
+
+
+@contextlib.contextmanager
+def sshd_or_skip(folder: Path) -> Iterator[SshServer]:
+    """A running sshd of its own in `folder`; the test skips, saying why, where sshd cannot run."""
+    reason = sshd_missing_reason()
+    if reason:
+        pytest.skip(f"real-sshd tier skipped: {reason}")
+    with SshServer(folder) as server:
+        yield server
 
 
 class SshServer:

@@ -1,4 +1,5 @@
-"""Fixtures for the SSH agent's tests: one real sshd per test session, fleets of fake GPU hosts.
+"""Fixtures of the SSH tests (agents, integration): one real sshd per test session, fleets of fake
+GPU hosts. Registered once for the whole suite (tests/conftest.py, `pytest_plugins`).
 
 The sshd tests skip, saying why, when /usr/sbin/sshd is absent; nothing else here needs it.
 """
@@ -11,15 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.sshd import FakeHost, SshServer, sshd_missing_reason, write_fleets
+from tests.support.sshd import FakeHost, SshServer, sshd_or_skip, write_fleets
 
 
 @pytest.fixture(scope="session")
 def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    reason = sshd_missing_reason()
-    if reason:
-        pytest.skip(f"real-sshd tier skipped: {reason}")
-    with SshServer(tmp_path_factory.mktemp("sshd")) as server:
+    with sshd_or_skip(tmp_path_factory.mktemp("sshd")) as server:
         yield server
 
 
