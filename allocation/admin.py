@@ -11,7 +11,7 @@ from django.db.models import Count, QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from allocation.leases import audit
+from allocation.audit import audit
 from allocation.models import (
     AuditEvent,
     Budget,

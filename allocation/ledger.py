@@ -73,7 +73,7 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
 
 def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> tuple[str, list[Any]]:
     """`ledger_close_many` of one lease as one upsert statement (for a data-modifying CTE, see
-    allocation.sql): the same arithmetic, done by the database on the locked ledger row, with the
+    core.db.statements): the same arithmetic, done by the database on the locked ledger row, with the
     half-life read in the same statement. With t = max(ended_at, as_of):
         closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
     (the second term is 0 when end ≤ start). tests/allocation/test_sql_writes.py checks that both

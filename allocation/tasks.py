@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 
+from allocation.audit import audit
 from allocation.engine import run_pass
-from allocation.leases import audit
-from allocation.ledger_check import ledger_check
+from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
 from allocation.services.leases import leases_reap

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from inventory.bulk import quoted_column
+from core.db.bulk import quoted_column
 from inventory.choices import AdminState, GpuState, Health, HostState
 from inventory.models import Gpu, Host, Pool
 from inventory.signals import inventory_changed
@@ -57,7 +57,7 @@ def _host_set_admin_state(*, host: Host, admin_state: str) -> Host:
     with transaction.atomic():
         # NO KEY UPDATE, not UPDATE: a grant committing a lease on this host checks its foreign
         # key with KEY SHARE at COMMIT, while holding the GPUs this cordon waits for; FOR UPDATE
-        # would make that a deadlock. Freeing GPUs (FOR SHARE, allocation.leases) still waits.
+        # would make that a deadlock. Freeing GPUs (FOR SHARE, allocation.lease_states) still waits.
         host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
         host.admin_state = admin_state
         host.state = Host.derive_state(host.reported_state, admin_state)

@@ -17,7 +17,7 @@ from django.db import transaction
 
 from agents.base import GPU_ERRORS_LABEL, HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
 from core.db import SOURCE_LOCKS, advisory_xact_lock, db_now
-from inventory.bulk import bulk_update_fast
+from core.db.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, GpuSample, Host, Source
 from inventory.services import gpu_refresh_states

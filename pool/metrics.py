@@ -114,9 +114,9 @@ def _admission() -> HistogramMetricFamily:
 
 
 def _ledger_drift() -> GaugeMetricFamily:
-    """Rows breaking each ledger invariant (allocation.ledger_check), computed at scrape time:
+    """Rows breaking each ledger invariant (allocation.selectors.invariants), computed at scrape time:
     anything above 0 is worth an alert."""
-    from allocation.ledger_check import ledger_check
+    from allocation.selectors.invariants import ledger_check
 
     drift = GaugeMetricFamily("gpupool_ledger_drift", "Rows breaking a ledger invariant, by check",
                               labels=["check"])

@@ -212,7 +212,7 @@ GPUPOOL: GpupoolSettings = {
     "HISTORY_MINUTE_HOURS": env_int("GPUPOOL_HISTORY_MINUTE_HOURS", 24),
     "HISTORY_HOUR_DAYS": env_int("GPUPOOL_HISTORY_HOUR_DAYS", 90),
     "POLICY": env_str("GPUPOOL_POLICY", "fair"),
-    # Hot lease statements as server-side prepared statements (allocation/sql.py); set 0 behind a
+    # Hot lease statements as server-side prepared statements (core/db/statements.py); set 0 behind a
     # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.
     "PREPARED_STATEMENTS": env_bool("GPUPOOL_DB_PREPARE", True),
 }

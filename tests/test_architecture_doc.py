@@ -98,8 +98,9 @@ def test_the_readme_links_the_document() -> None:
 def test_the_check_itself_sees_paths_and_names_and_misses() -> None:
     text = DOC.read_text()
     assert len(repo_paths(text)) > 40 and len(dotted_names(text)) > 30
-    sample = "`allocation/leases.py` `allocation/nowhere.py` `/api/v1/leases/` `allocation/policy/preemption*.py`"
-    assert repo_paths(sample) == ["allocation/leases.py", "allocation/nowhere.py", "allocation/policy/preemption*.py"]
+    sample = "`allocation/lease_states.py` `allocation/nowhere.py` `/api/v1/leases/` `allocation/policy/preemption*.py`"
+    assert repo_paths(sample) == ["allocation/lease_states.py", "allocation/nowhere.py",
+                                  "allocation/policy/preemption*.py"]
     assert [p for p in repo_paths(sample) if path_missing(p)] == ["allocation/nowhere.py"]
     assert not name_missing("allocation.engine.run_pass")
     assert not name_missing("agents.base.Connector.workloads")

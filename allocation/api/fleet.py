@@ -26,13 +26,13 @@ from allocation.api.moves import (
     preview_or_move,
 )
 from allocation.api.serializers import ForgetWorkloadsSerializer, ForgottenWorkloadsSerializer
-from allocation.capacity_preview import capacity_preview
 from allocation.models import LeaseGpu
 from allocation.selectors import Pending, pending_by_pool
+from allocation.selectors.capacity_preview import capacity_preview
 from allocation.services.admin import host_admin_action, host_forget_workloads
 from allocation.services.capacity import capacity_move
-from allocation.sql import execute
 from core.api.permissions import IsPoolAdmin
+from core.db.statements import execute
 from core.roles import is_pool_admin
 from inventory.api import views as inventory_views
 from inventory.api.serializers import GpuSerializer, HostSerializer

@@ -21,9 +21,9 @@ from django.utils import timezone
 from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
-from allocation.sql import execute
 from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
+from core.db.statements import execute
 from inventory.models import Gpu
 
 # The lease's own columns that its JSON shows; the names of what it refers to come from
@@ -40,7 +40,7 @@ def _links(lease_ids: Sequence[Any]) -> dict[Any, tuple[list[str], list[bool]]]:
     """The GPU links of these leases (UUIDs and active flags, in the order the API lists them)."""
     out: dict[Any, tuple[list[str], list[bool]]] = {}
     # One array parameter instead of an IN list of a hundred: a fixed statement, prepared once
-    # (allocation.sql.execute), where the ORM spent ~1 ms building the list.
+    # (core.db.statements.execute), where the ORM spent ~1 ms building the list.
     links, gpus = LeaseGpu._meta.db_table, Gpu._meta.db_table
     with connection.cursor() as cur:
         execute(cur, f"SELECT l.lease_id, g.uuid, l.active FROM {links} AS l JOIN {gpus} AS g ON g.id = l.gpu_id "

@@ -2,7 +2,7 @@
 GPUs and whole hosts into a pool (`pools/{name}/move/`, the dashboard's capacity page as a call).
 
 `?dry_run=true` answers what the move would do and writes nothing: the preview of the dashboard's
-capacity page, computed by the same function (`allocation.capacity_preview.capacity_preview`) and
+capacity page, computed by the same function (`allocation.selectors.capacity_preview.capacity_preview`) and
 rendered by `CapacityMoveSerializer` (who would be preempted, whether guarantees still fit, which
 waiting leases could start, its `fingerprint`). A confirm (the same call without `dry_run`) may
 carry that fingerprint: `capacity_move` recomputes the preview under the pools' scheduling locks and
@@ -19,7 +19,7 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from allocation.capacity_preview import HELD_ALONE, MODES, OUTCOMES, CapacityPreview, capacity_preview
+from allocation.selectors.capacity_preview import HELD_ALONE, MODES, OUTCOMES, CapacityPreview, capacity_preview
 from allocation.services.capacity import capacity_move
 from core.api.schema import ErrorSerializer
 from inventory.models import Gpu, Host, Pool

@@ -11,8 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocation.economy.chargeback import UsageQuery, chargeback, report_json
+from allocation.economy.usage import GROUP_BY
 from allocation.models import LeaseUsage
-from allocation.usage import GROUP_BY
 from core.api.viewsets import ApiViewSet
 
 

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from allocation.audit import audit
 from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
 from allocation.config.apply_budgets import (
     apply_budgets,
@@ -22,7 +23,6 @@ from allocation.config.apply_budgets import (
     prune_budgets_and_prices,
 )
 from allocation.config.idle import idle_reclaim_export
-from allocation.leases import audit
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
 from allocation.policy.idle import IdleReclaim
 from allocation.services.budgets import budgets_refresh

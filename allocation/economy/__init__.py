@@ -1,3 +1,3 @@
-"""The GPU-hour economy: the meter closing a lease's hours (metering) and the chargeback report as
-callers ask for it (chargeback). Budgets are written by allocation.services.budgets; the rows are
-allocation.models.usage."""
+"""The GPU-hour economy: the meter closing a lease's hours (metering), the reads of the meter
+(usage) and the chargeback report as callers ask for it (chargeback). Budgets are written by
+allocation.services.budgets; the rows are allocation.models.usage."""

@@ -12,9 +12,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from allocation.economy.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_by_team_and_day, usage_report
 from allocation.models import Team
 from allocation.policy.metering import period_start
-from allocation.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_by_team_and_day, usage_report
 from core.errors import DomainError, Forbidden
 from core.roles import is_pool_admin
 from inventory.models import Pool

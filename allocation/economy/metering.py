@@ -1,5 +1,5 @@
 """Closing the GPU-hour meter when a lease ends (the pass that grants opens it:
-allocation.engine.apply). Every end of a lease goes through `allocation.leases.lease_end` or
+allocation.engine.apply). Every end of a lease goes through `allocation.lease_states.lease_end` or
 `leases_end`, and both close the lease's open meter row in the same transaction (on PostgreSQL,
 in the same statement as the lease row)."""
 
@@ -14,7 +14,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 
 from allocation.models import Lease, LeaseUsage
-from allocation.sql import Statement
+from core.db.statements import Statement
 
 
 def meter_close(lease_ids: Sequence[Any], now: datetime) -> int:
@@ -27,7 +27,7 @@ def meter_close(lease_ids: Sequence[Any], now: datetime) -> int:
 
 
 def meter_close_sql(lease_id: Any, now: datetime) -> Statement:
-    """`meter_close` of one lease as a statement for a data-modifying CTE (allocation.sql)."""
+    """`meter_close` of one lease as a statement for a data-modifying CTE (core.db.statements)."""
     pk = Lease._meta.pk.get_db_prep_value(lease_id, connection)
     return (f"UPDATE {LeaseUsage._meta.db_table} SET ended_at = GREATEST(started_at, %s::timestamptz) "
             "WHERE lease_id = %s AND ended_at IS NULL", [now, pk])

@@ -25,10 +25,10 @@ from django.conf import settings
 from django.db import transaction
 from prometheus_client import Histogram
 
+from allocation.audit import audit_rows_insert
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
 from allocation.events import announce
-from allocation.leases import audit_rows_insert
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind

@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from allocation.audit import AuditRow
 from allocation.choices import LeaseState
 from allocation.engine.snapshot import PoolRead
 from allocation.events import LeaseChange
-from allocation.leases import AuditRow, leases_end, stop_pending, transition_row
+from allocation.lease_states import leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
-from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
+from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
 from inventory.choices import GpuState
 from inventory.models import Gpu, Pool
 

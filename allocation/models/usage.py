@@ -3,7 +3,7 @@
 `LeaseUsage` is the meter: one row per grant of a lease (a lease requeued after a loss and granted
 again gets a second row), written in the pass that grants it and closed in the statement that ends
 it. Usage over any window is SQL arithmetic over these intervals clipped to the window
-(`allocation.usage`), so a restart can neither count an hour twice nor lose one, and a running
+(`allocation.economy.usage`), so a restart can neither count an hour twice nor lose one, and a running
 lease counts up to now.
 """
 

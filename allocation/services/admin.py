@@ -8,8 +8,9 @@ from functools import partial
 from django.db import transaction
 from django.db.models import Q
 
+from allocation.audit import audit
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
-from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending
+from allocation.lease_states import lease_end, lease_free_gpus, stop_pending
 from allocation.models import Lease, Quota, Team
 from allocation.triggers import request_pass, request_unbind
 from allocation.workloads.stopping import pending_stops

@@ -17,12 +17,12 @@ from typing import Any, cast
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from allocation.leases import audit
+from allocation.audit import audit
+from allocation.economy.usage import usage_by_team_and_pool
 from allocation.models import Budget, PriorityClass, Team
 from allocation.policy.budgets import Admission, BudgetStatus, BudgetView, admission, budget_status, threshold_due
 from allocation.policy.metering import period_start
-from allocation.sql import compiled_values
-from allocation.usage import usage_by_team_and_pool
+from core.db.statements import compiled_values
 from core.errors import Forbidden
 from inventory.models import Pool
 

@@ -1,4 +1,4 @@
-"""Capacity moves: GPUs or whole hosts to another pool, as previewed (`allocation.capacity_preview`).
+"""Capacity moves: GPUs or whole hosts to another pool, as previewed (`allocation.selectors.capacity_preview`).
 
 Leases on moved GPUs keep running (a move never ends them). Their hosts are cordoned first (mode
 "keep") or drained (mode "drain": the leases are preempted with notice). A held GPU picked alone,
@@ -21,9 +21,9 @@ from functools import partial
 from django.db import transaction
 from django.db.models import Q
 
-from allocation.capacity_preview import MODES, CapacityPreview, capacity_preview
+from allocation.audit import audit
 from allocation.engine import lock_pool
-from allocation.leases import audit
+from allocation.selectors.capacity_preview import MODES, CapacityPreview, capacity_preview
 from allocation.services.admin import host_admin_action
 from allocation.triggers import request_pass
 from core.errors import Conflict, DomainError

@@ -31,8 +31,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from allocation.audit import AuditRow, audit_rows_insert
 from allocation.choices import HOLDING_STATES, LeaseState
-from allocation.leases import AuditRow, audit_rows_insert, leases_end, stop_pending
+from allocation.lease_states import leases_end, stop_pending
 from allocation.models import Lease, LeaseGpu, PoolScheduling, PriorityClass
 from allocation.policy.idle import (
     GpuTelemetry,
@@ -46,7 +47,7 @@ from allocation.policy.idle import (
 )
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now
-from inventory.bulk import bulk_update_columns
+from core.db.bulk import bulk_update_columns
 from inventory.models import GpuSample
 
 ACTOR = "system:idle"

@@ -13,16 +13,17 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
+from allocation.audit import audit
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
 from allocation.events import announce_lease
-from allocation.leases import audit, lease_end, lease_free_gpus, stop_pending, transition
+from allocation.lease_states import lease_end, lease_free_gpus, stop_pending, transition
 from allocation.models import WORKLOAD_MAY_RUN, Budget, Lease, LeaseGpu, PriorityClass, Quota, Team, expired_at
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
-from allocation.sql import compiled_values, execute_as_one, insert_sql
 from allocation.triggers import request_pass, request_unbind
 from core.db import db_now, retry_on_deadlock
+from core.db.statements import compiled_values, execute_as_one, insert_sql
 from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
 from inventory.choices import HostState

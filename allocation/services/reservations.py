@@ -10,9 +10,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from allocation.audit import audit
 from allocation.choices import ReservationState
 from allocation.engine import lock_pool
-from allocation.leases import audit
 from allocation.models import Quota, Reservation, Team
 from allocation.policy import matching
 from allocation.triggers import request_pass

@@ -32,8 +32,9 @@ from agents.base import (
     BindRequest,
     Connector,
 )
+from allocation.audit import audit
 from allocation.choices import END_STATES, LeaseState
-from allocation.leases import audit, lease_end, lease_free_gpus, transition
+from allocation.lease_states import lease_end, lease_free_gpus, transition
 from allocation.models import Lease
 from allocation.triggers import request_pass, request_unbind
 from allocation.workloads import stopping

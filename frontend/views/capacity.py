@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from allocation.capacity_preview import capacity_preview, lease_outcome_counts
+from allocation.selectors.capacity_preview import capacity_preview, lease_outcome_counts
 from allocation.services.capacity import capacity_move
 from core.errors import Conflict, DomainError
 from frontend.access import admin_required, htmx_target, is_htmx

@@ -17,7 +17,7 @@ import pytest
 from django.db import transaction
 
 from allocation.engine import run_pass
-from allocation.leases import lease_end, leases_end, transition
+from allocation.lease_states import lease_end, leases_end, transition
 from allocation.models import Lease, LeaseUsage, UsageLedger
 from allocation.services.admin import host_admin_action
 from allocation.services.leases import lease_release

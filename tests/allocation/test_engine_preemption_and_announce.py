@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 import allocation.engine
-import allocation.leases
+import allocation.lease_states
 from allocation.models import AuditEvent, Lease, UsageLedger
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,7 @@ def announced(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Any]], list[An
     batches: list[list[Any]] = []
     single: list[Any] = []
     monkeypatch.setattr(allocation.engine, "announce", lambda changes: batches.append(list(changes)))
-    monkeypatch.setattr(allocation.leases, "announce_lease", lambda lease: single.append(lease.pk))
+    monkeypatch.setattr(allocation.lease_states, "announce_lease", lambda lease: single.append(lease.pk))
     return batches, single
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from agents.k8s_pod_manifest import pod_name
 from allocation.engine import run_pass
-from allocation.ledger_check import ledger_check
 from allocation.models import Lease
+from allocation.selectors.invariants import ledger_check
 from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from tests.support.kube import derived_node
 from tests.support.kube_server import KubeApiServer

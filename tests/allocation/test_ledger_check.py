@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from allocation.engine import run_pass
-from allocation.ledger_check import CHECKS, ledger_check
 from allocation.models import AuditEvent, Lease
+from allocation.selectors.invariants import CHECKS, ledger_check
 from allocation.tasks import check_ledger
 from inventory.models import Gpu
 

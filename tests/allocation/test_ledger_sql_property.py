@@ -15,7 +15,7 @@ from allocation.ledger import ledger_close_sql
 from allocation.models import SchedulerSettings, Team, UsageLedger
 from allocation.policy.fairshare import decay, interval_usage
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 BASE = datetime(2025, 1, 1, tzinfo=UTC)
 DAY_S = 86_400

@@ -4,7 +4,7 @@ The drain locks the host's leases before it touches the host or its GPUs, the or
 takes them in (lease, then its GPUs, reading its host): whichever of the two locks a lease first,
 the other waits for it and never for a lock the first then needs. The interleavings are forced:
 one side is held at a chosen point, the other is seen waiting in pg_stat_activity, then both go
-on. The ledger (allocation.ledger_check) must agree with itself afterwards: a drain that locked
+on. The ledger (allocation.selectors.invariants) must agree with itself afterwards: a drain that locked
 the host first left a GPU released meanwhile marked free on a draining host.
 """
 
@@ -21,9 +21,9 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from allocation.engine import run_pass
-from allocation.leases import lease_free_gpus
-from allocation.ledger_check import ledger_check
+from allocation.lease_states import lease_free_gpus
 from allocation.models import Lease, LeaseUsage, Team
+from allocation.selectors.invariants import ledger_check
 from allocation.services import admin as admin_services
 from allocation.services import leases as lease_services
 from allocation.services.admin import host_admin_action

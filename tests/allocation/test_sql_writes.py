@@ -1,4 +1,4 @@
-"""The SQL writes (allocation.sql, inventory.services.gpu_state_sql): the GPU state rule for every
+"""The SQL writes (core.db.statements, inventory.services.gpu_state_sql): the GPU state rule for every
 combination of its inputs; the ledger closed in SQL as `ledger_close_many` closes it; ending one
 lease in one statement writes what ending many (`leases_end`) writes; prepared statements."""
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.engine import run_pass
-from allocation.leases import lease_end, lease_free_gpus, leases_end
+from allocation.lease_states import lease_end, lease_free_gpus, leases_end
 from allocation.ledger import ledger_close_many, ledger_close_sql
 from allocation.models import AuditEvent, Lease, LeaseGpu, Team, UsageLedger
 from allocation.services.leases import lease_create
@@ -143,7 +143,7 @@ def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(se
     from django.db import transaction
     from django.test.utils import CaptureQueriesContext
 
-    from allocation.sql import execute
+    from core.db.statements import execute
 
     sql = "SELECT 10 / %s::int, %s::text"
 

@@ -26,8 +26,8 @@ from django.utils import timezone
 
 from agents.ssh_session import HostSpec, SshSession, load_private_key
 from allocation.engine import run_pass
-from allocation.ledger_check import ledger_check
 from allocation.models import AuditEvent, Lease
+from allocation.selectors.invariants import ledger_check
 from allocation.services.leases import lease_release, leases_mark_lost, leases_reap
 from allocation.workloads import binding
 from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 def _grow(start: int, stop: int, alice: Any) -> None:
     """Rows start..stop-1 of each kind: a pool with a source, host and leased GPU; a team of
     alice's with a quota there; a granted lease holding the GPU, a pending one, and audit events."""
-    from allocation.leases import audit
+    from allocation.audit import audit
     from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team
     from inventory.models import Gpu, Host, Pool, Source
 

@@ -1,7 +1,7 @@
 """The ledger's invariants, read with SQL from the stack's own database: sampled during a scenario
 (every check in one REPEATABLE READ snapshot, so a sample sees one moment) and checked after it.
 
-- the checks of `manage.py check_ledger` (allocation.ledger_check.CHECKS): no GPU in two active
+- the checks of `manage.py check_ledger` (allocation.selectors.invariants.CHECKS): no GPU in two active
   leases, every ended lease freed its GPUs, a holding lease holds what it was granted, GPU flags
   and states agree with the links;
 - the fair-share ledger equals the sum of the grants' metered intervals (LeaseUsage rows), and
@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg2
 
-from allocation.ledger_check import CHECKS
+from allocation.selectors.invariants import CHECKS
 
 LEDGER_VS_METER = """
 WITH h AS (SELECT COALESCE(MAX(fair_share_half_life_hours), 168) * 3600.0 AS s

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from allocation.capacity_preview import capacity_preview
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease, LeaseGpu
+from allocation.selectors.capacity_preview import capacity_preview
 from allocation.services.capacity import capacity_move
 from allocation.services.leases import lease_create, lease_release
 from core.errors import Conflict, DomainError

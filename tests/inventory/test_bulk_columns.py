@@ -1,4 +1,4 @@
-"""Set-based writes (inventory/bulk.py) store exactly what they are given, in one statement:
+"""Set-based writes (core/db/bulk.py) store exactly what they are given, in one statement:
 awkward text, NULLs, JSON, times, UUIDs; and update only the rows that still match."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from allocation.models import AuditEvent, Lease
-from inventory.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
+from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from a read, then wrote them; a grant committing in between was overwritten (a l
 as `cordoned`), and a release freeing GPUs while a cordon committed stored them as `free` on the
 cordoned host. Each test holds one side in an open transaction, waits until the other is seen
 blocked in pg_stat_activity, then lets both finish and checks every GPU's state against the rule
-(allocation.ledger_check's `gpu_state`).
+(allocation.selectors.invariants's `gpu_state`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from django.db import connection, transaction
 
 from allocation.engine import run_pass
-from allocation.ledger_check import ledger_check
+from allocation.selectors.invariants import ledger_check
 from allocation.services.leases import lease_release
-from inventory.bulk import bulk_set
+from core.db.bulk import bulk_set
 from inventory.choices import GpuState
 from inventory.models import Gpu, Host
 from inventory.services import host_cordon

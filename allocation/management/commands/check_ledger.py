@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from allocation.ledger_check import ledger_check
+from allocation.selectors.invariants import ledger_check
 
 
 class Command(BaseCommand):

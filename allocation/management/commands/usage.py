@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from allocation.economy.chargeback import UsageQuery, chargeback, report_csv, report_json, report_text
-from allocation.usage import GROUP_BY
+from allocation.economy.usage import GROUP_BY
 from core.errors import DomainError
 
 

@@ -10,19 +10,20 @@ process is still in its grace period. Each transition writes an AuditEvent with 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
 
+from allocation.audit import AuditRow, audit, bulk_audit
 from allocation.choices import END_STATES, LeaseState
 from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
-from allocation.sql import Statement, execute_as_one, insert_sql, update_sql
+from core.db.bulk import bulk_update_fast
+from core.db.statements import Statement, execute_as_one, insert_sql, update_sql
 from core.errors import Conflict
-from inventory.bulk import bulk_insert_columns, bulk_update_fast
 from inventory.models import Gpu, Host
 from inventory.services import gpu_state_sql
 
@@ -45,15 +46,6 @@ class IllegalTransition(Conflict):
 def check_transition(current: str, target: str) -> None:
     if target not in TRANSITIONS.get(current, frozenset()):
         raise IllegalTransition(f"a {current} lease cannot become {target}")
-
-
-def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease | None = None,
-          data: dict[str, Any] | None = None, at: datetime | None = None) -> AuditEvent:
-    return AuditEvent(
-        at=at or timezone.now(), actor=actor, action=action,
-        object_type=type(obj).__name__.lower(), object_id=str(getattr(obj, "pk", obj)),
-        lease=lease, message=message, data=data or {},
-    )
 
 
 def _transition_data(previous: str, target: str, extra: dict[str, Any] | None) -> dict[str, Any]:
@@ -88,22 +80,6 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
                  message=reason, data=_transition_data(previous, target, extra))
 
 
-class AuditRow(NamedTuple):
-    """An audit event as plain values, for writers that move many leases in one statement."""
-
-    at: datetime
-    actor: str
-    action: str
-    object_type: str
-    object_id: str
-    lease_id: str | None
-    message: str
-    data: dict[str, Any]
-
-
-AUDIT_ROW_FIELDS = ("at", "actor", "action", "object_type", "object_id", "lease", "message", "data")
-
-
 def transition_row(lease_id: str, current: str, target: str, *, actor: str, reason: str,
                    now: datetime, extra: dict[str, Any] | None = None) -> AuditRow:
     """The audit event `transition` writes, for a lease known only by id and state: the caller
@@ -113,11 +89,6 @@ def transition_row(lease_id: str, current: str, target: str, *, actor: str, reas
     check_transition(current, target)
     return AuditRow(now, actor, f"lease.{target}", "lease", lease_id, lease_id, reason,
                     _transition_data(current, target, extra))
-
-
-def audit_rows_insert(rows: Sequence[AuditRow]) -> int:
-    """Write audit rows in one statement (none for no rows); returns how many."""
-    return bulk_insert_columns(AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else [])
 
 
 def stop_pending(lease: Lease) -> bool:
@@ -225,7 +196,7 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
         ("host_locks", (f"SELECT h.id, h.state FROM {hosts} AS h WHERE h.id IN (SELECT g.host_id FROM {gpus} AS g "
                         f"JOIN {links} AS lg ON lg.gpu_id = g.id WHERE lg.active AND lg.lease_id = ANY(%s)) "
                         "ORDER BY h.id FOR SHARE", [ids])),
-        # GPU rows locked in id order, as every multi-row GPU writer does (inventory.bulk.bulk_set).
+        # GPU rows locked in id order, as every multi-row GPU writer does (core.db.bulk.bulk_set).
         ("locked_gpus", (f"SELECT id FROM {gpus} WHERE id IN (SELECT gpu_id FROM freed_links) "
                          "AND EXISTS (SELECT 1 FROM host_locks) ORDER BY id FOR UPDATE", [])),
         ("freed_gpus", (f"UPDATE {gpus} AS g SET leased = false, state = {gpu_state} "
@@ -241,7 +212,3 @@ def lease_free_gpus(lease_ids: Sequence[Any]) -> int:
     """Deactivate the GPU links of ended leases and mark their GPUs free again (one statement);
     returns how many links were freed."""
     return int(execute_as_one(_free_gpus_ctes(lease_ids), ("SELECT count(*) FROM freed_links", []))[0][0])
-
-
-def bulk_audit(events: Iterable[AuditEvent]) -> None:
-    AuditEvent.objects.bulk_create(list(events), batch_size=1000)

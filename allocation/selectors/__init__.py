@@ -1,4 +1,5 @@
-"""Shared reads of allocation: what a user may see, quota usage, fair-share standing."""
+"""Shared reads of allocation: what a user may see, quota usage, fair-share standing, pending leases
+per pool and GPUs held per team. The package also holds `capacity_preview` and `invariants`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from django.utils import timezone
 from allocation.choices import LeaseState
 from allocation.ledger import team_usage_views
 from allocation.models import AuditEvent, Lease, LeaseGpu, PriorityClass, Quota, Team
-from allocation.sql import compiled_values
+from core.db.statements import compiled_values
 from core.roles import is_pool_admin
 
 LEASE_FIELDS = tuple(f.attname for f in Lease._meta.concrete_fields)
@@ -64,7 +65,7 @@ def lease_row(lease_id: Any, *, visible_to: Any = None, lock: bool = False) -> d
     (with_names) and its GPU links (with_gpus). None when it does not exist, when
     `lease_id` is no UUID or, with `visible_to`, when that user may not see it. With `lock`, its
     row is locked FOR UPDATE (inside the caller's transaction). One query, compiled once per
-    process: it is the read of every lease request (see allocation.sql.compiled_values)."""
+    process: it is the read of every lease request (see core.db.statements.compiled_values)."""
     pk = as_lease_id(lease_id)
     if pk is None:
         return None

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from allocation.engine import build_snapshot
+from allocation.engine.snapshot import build_snapshot
 from allocation.models import Lease, LeaseGpu, Quota
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
