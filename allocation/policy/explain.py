@@ -87,6 +87,37 @@ def over_limit(req: RequestView, limit: int) -> str:
     return f"asks for {_gpus(req.gpus)}, above team {req.team}'s limit {limit} in pool {req.pool}"
 
 
+def over_limit_at_creation(req: RequestView, limit: int) -> str:
+    """`over_limit` as the API answers a new lease (a 400 that names the team, not a reason)."""
+    return (f"team {req.team} may hold at most {limit} GPUs in pool {req.pool}; "
+            f"asked for {req.gpus}")
+
+
+def never_fits(req: RequestView, bound: int) -> str:
+    """A new lease larger than any capacity of its pool could give it (`capacity_bound`)."""
+    where = "on one host" if req.same_host else "in total"
+    memory = f" with ≥ {req.min_memory_mb} MB" if req.min_memory_mb else ""
+    return (f"pool {req.pool} has at most {bound} GPUs{_of(req)}{memory} {where}; "
+            f"{req.gpus} can never be granted")
+
+
+def no_model_to_reserve(view: ReservationView) -> str:
+    return f"no GPU of model {view.model!r} in pool {view.pool}"
+
+
+def reservations_hold(view: ReservationView, capacity: int, taken: int) -> str:
+    """A new reservation the pool's matching GPUs cannot take beside the overlapping ones."""
+    what = f" of model {view.model}" if view.model else ""
+    return (f"pool {view.pool} has {capacity} GPUs{what}; other reservations hold up to {taken} "
+            f"of them in that window, so {view.gpus} more cannot be reserved "
+            f"(at most {max(0, capacity - taken)})")
+
+
+def reservation_over_limit(view: ReservationView, limit: int, own: int) -> str:
+    return (f"team {view.team} may hold at most {limit} GPUs in pool {view.pool}; its reservations "
+            f"already hold up to {own} in that window, so {view.gpus} more cannot be reserved")
+
+
 def at_limit(req: RequestView, limit: int, holds: int) -> str:
     return (f"team {req.team} at its limit {limit} in pool {req.pool} "
             f"(holds or awaits {holds}, asks for {req.gpus})")

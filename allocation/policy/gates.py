@@ -145,12 +145,19 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     limit = ctx.limits.get(req.team)
     if limit is None:
         return None
-    if req.gpus > limit:
+    if exceeds_limit(req.gpus, limit):
         return Refusal("over_limit", explain.over_limit(req, limit), unsatisfiable=True)
     holds = ctx.quota.holds(req.team, ctx.pool)
-    if holds + req.gpus > limit:
+    if exceeds_limit(req.gpus, limit, holds):
         return Refusal("at_limit", explain.at_limit(req, limit, holds))
     return None
+
+
+def exceeds_limit(gpus: int, limit: int, holds: int = 0) -> bool:
+    """The team-limit rule: `gpus` more, on top of the `holds` the team already has (or has
+    reserved) in the pool, would take it above its `limit` there. The `team_limit` gate and
+    admission at creation (admission.py: leases, reservations) ask it."""
+    return holds + gpus > limit
 
 
 def lending_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:

@@ -1,6 +1,7 @@
 """Lease admission by capacity and place: refuse at once a lease that no capacity of its pool
-could ever satisfy (`check_satisfiable`: its size, model and memory, and its team's limit), or
-that no host of its pool can ever run (`check_placeable`).
+could ever satisfy (`check_satisfiable`: its size, model and memory, and its team's limit; the
+pure rules in allocation.policy.admission), or that no host of its pool can ever run
+(`check_placeable`).
 
 A lease with a binding runs only on hosts whose source can start that workload (ssh: process,
 kubernetes: pod); a selector narrows the hosts further (allocation.policy.where). The scheduler
@@ -16,7 +17,8 @@ from typing import Any
 
 from agents.registry import placement_domain, placement_traits
 from allocation.models import Team
-from allocation.policy import matching
+from allocation.policy import admission, matching
+from allocation.policy.types import RequestView
 from allocation.policy.where import Selector, selector_of
 from core.errors import DomainError
 from inventory.models import Pool
@@ -36,20 +38,15 @@ def _model_matches(model_name: str, mig_profile: str, pattern: str) -> bool:
 
 
 def check_satisfiable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool,
-                       limit: int | None, team: Team) -> None:
-    """Refuse at once what no capacity of the pool could ever satisfy (or the team's limit)."""
-    if limit is not None and gpus > limit:
-        raise DomainError(f"team {team.name} may hold at most {limit} GPUs in pool "
-                          f"{pool.name}; asked for {gpus}", code="over_limit")
-    matching_kinds = [(most, total) for m, mig, memory, most, total in pool_capacity_profile(pool.pk)
-                      if _model_matches(m, mig, model) and (not min_memory_mb or memory >= min_memory_mb)]
-    best = max((most if same_host else total for most, total in matching_kinds), default=0)
-    if best < gpus:
-        where = "on one host" if same_host else "in total"
-        what = f" of model {model}" if model else ""
-        mem = f" with ≥ {min_memory_mb} MB" if min_memory_mb else ""
-        raise DomainError(f"pool {pool.name} has at most {best} GPUs{what}{mem} {where}; "
-                          f"{gpus} can never be granted", code="unsatisfiable")
+                      limit: int | None, team: Team) -> None:
+    """Refuse at once what no capacity of the pool could ever satisfy (or the team's limit): the
+    rules are the scheduling pass's (allocation.policy.admission.admit_lease), asked of the
+    pool's capacity profile."""
+    req = RequestView("", team.name, pool.name, gpus, model=model, min_memory_mb=min_memory_mb,
+                      same_host=same_host)
+    refusal = admission.admit_lease(req, limit, pool_capacity_profile(pool.pk))
+    if refusal is not None:
+        raise DomainError(refusal.message, code=refusal.code)
 
 
 def check_placeable(pool: Pool, *, gpus: int, model: str, min_memory_mb: int, same_host: bool, workload: str,

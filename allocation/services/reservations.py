@@ -3,7 +3,6 @@ the pool's scheduling lock) and cancel. Both are audited and ask for a pass."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,8 @@ from allocation.audit import audit
 from allocation.choices import ReservationState
 from allocation.engine import lock_pool
 from allocation.models import Quota, Reservation, Team
-from allocation.policy import matching
+from allocation.policy import admission
+from allocation.policy.types import ReservationView
 from allocation.triggers import request_pass
 from core.errors import Conflict, DomainError, Forbidden, NotFound
 from core.roles import is_pool_admin
@@ -27,20 +27,6 @@ START_SKEW = timedelta(minutes=5)
 
 def _invalid(field: str, message: str, code: str = "invalid") -> DomainError:
     return DomainError(f"{field}: {message}", code=code, details={field: [message]})
-
-
-def _kinds(profile: list[tuple[str, str, int, int, int]], model: str) -> frozenset[int]:
-    """The kinds of the pool's capacity profile a model pattern matches (the policy's rule)."""
-    alternatives = matching.model_alternatives(model)
-    return frozenset(i for i, (name, mig, _, _, _) in enumerate(profile)
-                     if matching.model_matches(matching.Kind(name, mig), alternatives))
-
-
-def _peak(windows: Iterable[tuple[datetime, datetime, int]], start: datetime, end: datetime) -> int:
-    """The most GPUs the windows hold at one moment of [start, end)."""
-    rows = list(windows)
-    moments = {start} | {s for s, _, _ in rows if start < s < end}
-    return max((sum(n for s, e, n in rows if s <= t < e) for t in moments), default=0)
 
 
 def _check_window(start: datetime, end: datetime, now: datetime) -> None:
@@ -65,29 +51,26 @@ def _resolve(user: Any, pool_name: str, team_name: str) -> tuple[Pool, Team]:
 def _admit(pool: Pool, team: Team, gpus: int, model: str, start: datetime, end: datetime) -> None:
     """Raise Conflict unless, over the window, the pool's matching capacity less the other
     overlapping reservations on those GPUs leaves `gpus`, and the team's limit leaves room for
-    them beside its own overlapping reservations. Called under the pool's lock."""
-    profile = pool_capacity_profile(pool.pk)
-    mine = _kinds(profile, model)
-    if not mine:
-        raise _invalid("model", f"no GPU of model {model!r} in pool {pool.name}")
-    capacity = sum(profile[i][4] for i in mine)
-    overlapping = list(Reservation.objects.filter(
-        pool=pool, state=ReservationState.ACTIVE, start__lt=end, end__gt=start).order_by()
-        .values_list("team_id", "model", "start", "end", "gpus"))
-    shared = [(s, e, n) for _, m, s, e, n in overlapping if _kinds(profile, m) & mine]
-    taken = _peak(shared, start, end)
-    if taken + gpus > capacity:
-        what = f" of model {model}" if model else ""
-        raise Conflict(f"pool {pool.name} has {capacity} GPUs{what}; other reservations hold up to "
-                       f"{taken} of them in that window, so {gpus} more cannot be reserved "
-                       f"(at most {max(0, capacity - taken)})", code="insufficient_capacity")
-    limit = Quota.objects.filter(team=team, pool=pool).values_list("limit", flat=True).first()
-    if limit is not None:
-        own = _peak(((s, e, n) for t, _, s, e, n in overlapping if t == team.pk), start, end)
-        if own + gpus > limit:
-            raise Conflict(f"team {team.name} may hold at most {limit} GPUs in pool {pool.name}; its "
-                           f"reservations already hold up to {own} in that window, so {gpus} more "
-                           "cannot be reserved", code="over_limit")
+    them beside its own overlapping reservations: the rules of
+    allocation.policy.admission.admit_reservation, given views of the rows (read only as far as
+    it asks). Called under the pool's lock."""
+
+    def others() -> list[ReservationView]:
+        rows = (Reservation.objects.filter(pool=pool, state=ReservationState.ACTIVE, start__lt=end, end__gt=start)
+                .order_by().values_list("pk", "team__name", "model", "start", "end", "gpus"))
+        return [ReservationView(str(pk), name, pool.name, n, s.timestamp(), e.timestamp(), m)
+                for pk, name, m, s, e, n in rows]
+
+    def limit() -> int | None:
+        return Quota.objects.filter(team=team, pool=pool).values_list("limit", flat=True).first()
+
+    new = ReservationView("", team.name, pool.name, gpus, start.timestamp(), end.timestamp(), model)
+    refusal = admission.admit_reservation(new, pool_capacity_profile(pool.pk), others, limit)
+    if refusal is None:
+        return
+    if refusal.code == "no_match":
+        raise _invalid("model", refusal.message)
+    raise Conflict(refusal.message, code=refusal.code)
 
 
 def reservation_create(*, user: Any, pool: str, team: str, gpus: int, start: datetime,
