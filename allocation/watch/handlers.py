@@ -202,12 +202,9 @@ async def _stream(send: Send, receive: Receive, viewer: access.Viewer, sub: Any,
 
 
 async def _emit(send: Send, viewer: access.Viewer, batch: list[tuple[str, LeaseChange]]) -> None:
-    bodies = await in_db(access.leases_json, viewer, [c.lease_id for _, c in batch])
-    out = []
-    for event_id, change in batch:
-        body = bodies.get(change.lease_id)
-        if body is not None:
-            out.append(f"id: {event_id}\nevent: lease\ndata: {body}\n\n")
+    bodies = await in_db(access.changes_json, viewer, [c for _, c in batch])
+    out = [f"id: {event_id}\nevent: lease\ndata: {body}\n\n"
+           for (event_id, _), body in zip(batch, bodies, strict=True) if body is not None]
     if out:
         await _chunk(send, "".join(out))
 

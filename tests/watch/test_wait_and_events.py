@@ -169,13 +169,18 @@ def test_the_stream_carries_each_change_of_a_teams_leases_in_order_with_resumabl
     assert [e["lease"]["team"] for e in events] == ["vision"] * 3
     ids = [e["id"] for e in events]
     assert len(set(ids)) == 3
-    assert events[-1]["lease"]["state"] == "released"
+    # Each event says the transition it announces, however late it is rendered.
+    assert [e["lease"]["state"] for e in events] == ["pending", "granted", "released"]
 
     # Resuming from the bookmark replays the same three changes (Last-Event-ID, as EventSource does).
     again = Stream(alice, server["url"] + "leases/events/?team=vision", headers={"Last-Event-ID": bookmark})
     replay = again.take(3)
     again.close()
     assert [e["id"] for e in replay] == ids
+    # A replay shows each transition in turn (the stream keeps the state committed), not the lease's
+    # state now, three times over.
+    assert [e["lease"]["state"] for e in replay] == ["pending", "granted", "released"]
+    assert replay[0]["lease"]["gpus"] == events[-1]["lease"]["gpus"]  # the rest is the lease as it is
     # Resuming from the last id replays nothing: the next change is the first event.
     later = Stream(alice, server["url"] + f"leases/events/?team=vision&since={ids[-1]}")
     assert later.take(1, kind="bookmark")[0]["id"] == ids[-1]
