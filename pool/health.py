@@ -28,7 +28,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     from core.tasks import TASK_METRICS
     from pool.metrics import registry
 
-    # The pool gauges, then the task metrics of this process (tasks run here in embedded mode).
+    # The pool gauges, then the task metrics of this process (tasks run here when CELERY_TASK_ALWAYS_EAGER is set).
     body = generate_latest(registry()) + generate_latest(TASK_METRICS)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 

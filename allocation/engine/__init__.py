@@ -39,7 +39,7 @@ from inventory.models import Pool
 __all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass"]
 logger = logging.getLogger(__name__)
 ROUNDS = 3
-# Served where the pass runs: a worker's metrics port, or /metrics in embedded mode.
+# Served where the pass runs: the scheduler worker's metrics port (or /metrics when tasks run eagerly).
 PASS_SECONDS = Histogram("gpupool_pass_duration_seconds", "Scheduling pass time per pool (lock held)",
                          ["pool"], registry=TASK_METRICS,
                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0))
