@@ -34,14 +34,16 @@ fi
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || skipped+=("clock skew: libfaketime not installed")
 
 # --- PostgreSQL and Redis ---------------------------------------------------------------------
-if [ -z "${DATABASE_URL:-}" ] && $PY - <<'PYEOF' >/dev/null 2>&1; then
+# GPUPOOL_TEST_ENGINES=embedded runs the suite on the embedded engines even where servers answer.
+machine() { [ "${GPUPOOL_TEST_ENGINES:-}" != embedded ]; }
+if [ -z "${DATABASE_URL:-}" ] && machine && $PY - <<'PYEOF' >/dev/null 2>&1; then
 import psycopg2
 psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=3).close()
 PYEOF
   export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
 fi
 # Database 9 keeps test traffic away from a developer's own data in database 0.
-if [ -z "${REDIS_URL:-}" ] && \
+if [ -z "${REDIS_URL:-}" ] && machine && \
    $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
   export REDIS_URL="redis://127.0.0.1:6379/9"
 fi
