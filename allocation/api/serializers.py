@@ -21,6 +21,13 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENDED = ("released", "expired", "preempted", "failed", "lost")
 
 
+def _max_length(model: type[Any], field: str) -> int:
+    """The column's max_length, for an input field stored in it."""
+    length = model._meta.get_field(field).max_length
+    assert length is not None, f"{model.__name__}.{field} has no max_length"
+    return int(length)
+
+
 class StrictSerializer(serializers.Serializer[Any]):
     """Refuses unknown fields: a typo ("gpu": 2) must not silently become a default. Every API view
     refuses them first, naming them with code `unknown_field` (core.api.strict); this stays for the
@@ -108,9 +115,13 @@ class LeaseCreateSerializer(StrictSerializer):
                                             "accepts several. All GPUs of a lease are of one model.")
     min_memory_mb = serializers.IntegerField(required=False, min_value=0, max_value=10**9, default=0,
                                              help_text="Each GPU has at least this much memory, MiB.")
+    # As long as the column holds (from the model, so the two cannot drift): a longer value is a
+    # 400 naming the field here, not an overflow in the database.
     min_driver_version = serializers.RegexField(r"^(\d+(\.\d+)*)?$", required=False, default="", allow_blank=True,
+                                                max_length=_max_length(Lease, "min_driver_version"),
                                                 help_text="Hosts with at least this NVIDIA driver version.")
     min_cuda_version = serializers.RegexField(r"^(\d+(\.\d+)*)?$", required=False, default="", allow_blank=True,
+                                              max_length=_max_length(Lease, "min_cuda_version"),
                                               help_text="Hosts with at least this CUDA version.")
     team = serializers.CharField(required=False, allow_null=True, max_length=64, default=None,
                                  help_text="Team to charge; may be left out when you are in one team.")

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -75,6 +75,21 @@ def _api_error_response(exc: exceptions.APIException, context: dict[str, Any]) -
     return resp
 
 
+def _input_error(exc: DataError | IntegrityError) -> Response:
+    """A value the database refused (too long, out of range, a broken constraint) is the
+    request's fault: a 400 that retrying cannot fix, never the 503 "retry" of an unavailable
+    database (clients would retry it for ever, and alerts on 503 would fire on a client error).
+    Serializers catch these first with the field named; this is the net under them. The details
+    name the column or constraint when PostgreSQL does (a value too long names neither)."""
+    logger.warning("database refused a value from a request: %s", exc)
+    diag = getattr(exc.__cause__, "diag", None)
+    details = {key: value for key in ("column_name", "constraint_name")
+               if (value := getattr(diag, key, None))}
+    first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return Response(error_body("invalid", f"the database refused a value of the request: {first_line}",
+                               details), status=status.HTTP_400_BAD_REQUEST)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's EXCEPTION_HANDLER. Returns None only for errors it does not know (they become a
     logged 500 with the JSON body of `server_error`)."""
@@ -86,7 +101,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
                         status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.APIException):
         return _api_error_response(exc, context)
-    if isinstance(exc, DatabaseError):
+    if isinstance(exc, DataError | IntegrityError):
+        return _input_error(exc)
+    # The rest (OperationalError: refused, dropped, restarting, a deadlock victim; InterfaceError,
+    # which Django does not count as a DatabaseError: a connection already closed) is the
+    # database being unavailable for now, which a retry can cure.
+    if isinstance(exc, DatabaseError | InterfaceError):
         logger.exception("database error in API")
         return Response(error_body("database_unavailable", "the database is unavailable; retry"),
                         status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "5"})
