@@ -279,9 +279,10 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
     now = now or db_now()
     counts = {"expired": 0, "lost": 0, "freed": 0, "requeued": 0}
     pools: set[int] = set()
-    expired = Lease.objects.filter(expired_at(now)).values_list("pk", flat=True)
-    for pk in list(expired[:1000]):
+    for pk in _expired_ids(now):
         with transaction.atomic():
+            # Decided again on the locked row: a renewal committed since the read above moved
+            # `expires_at` past `now` and is honoured (tests/allocation/test_reaper_locks.py).
             lease = Lease.objects.select_for_update().get(pk=pk)
             if lease.is_expired(now):
                 lease_end(lease, LeaseState.EXPIRED, actor="system:reaper", now=now,
@@ -295,21 +296,46 @@ def leases_reap(*, now: datetime | None = None) -> dict[str, int]:
                                 host__offline_since__lte=now - grace).values_list("pk", flat=True)
     counts["lost"], counts["requeued"] = leases_mark_lost(list(lost[:1000]), reason_prefix="host offline",
                                                           now=now, pools=pools)
-    # Unbound leases preempted with notice: their GPUs come back once the grace has passed.
-    # Never those with a workload, or a bind that may have started one: only a stop frees them
-    # (allocation.workloads.binding.lease_unbind).
-    ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False,
-                                   gpu_links__active=True)
-              .exclude(WORKLOAD_MAY_RUN)
-              .select_related("priority_class").distinct())
-    due = [lease for lease in ending if lease.ending_since is not None
-           and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now]
-    if due:
-        counts["freed"] = lease_free_gpus([lease.pk for lease in due])
-        pools.update(lease.pool_id for lease in due)
+    counts["freed"] = _free_notice_run_out(now, pools)
     for pool_id in pools:
         request_pass(pool_id)
     return counts
+
+
+def _expired_ids(now: datetime) -> list[Any]:
+    """Leases past their TTL at `now`, read without a lock (each is locked and checked again)."""
+    return list(Lease.objects.filter(expired_at(now)).values_list("pk", flat=True)[:1000])
+
+
+def _notice_candidates(now: datetime) -> list[Any]:
+    """Unbound ended leases holding GPUs past their notice at `now`, read without a lock."""
+    ending = (Lease.objects.filter(state__in=END_STATES, ending_since__isnull=False, gpu_links__active=True)
+              .exclude(WORKLOAD_MAY_RUN).values_list("pk", "ending_since", "priority_class__grace_s").distinct())
+    return [pk for pk, since, grace_s in ending if since is not None and since + timedelta(seconds=grace_s) <= now]
+
+
+def _notice_run_out(lease: Lease, now: datetime) -> bool:
+    return (lease.state in END_STATES and lease.ending_since is not None and not lease.has_workload
+            and lease.ending_since + timedelta(seconds=lease.priority_class.grace_s) <= now)
+
+
+def _free_notice_run_out(now: datetime, pools: set[int]) -> int:
+    """Unbound leases preempted with notice get their GPUs back once the grace has passed; never
+    those with a workload or a bind that may have started one: only a stop frees them
+    (allocation.workloads.binding.lease_unbind). Returns how many GPU links were freed. Locked
+    first (lease, host, GPU: every writer's order) and decided again on the locked rows, so what
+    committed since the unlocked read wins; a lease held elsewhere is left to the next reap."""
+    candidates = _notice_candidates(now)
+    if not candidates:
+        return 0
+    with transaction.atomic():
+        locked = (Lease.objects.select_for_update(skip_locked=True, of=("self",)).select_related("priority_class")
+                  .filter(pk__in=candidates).order_by("pk"))
+        due = [lease for lease in locked if _notice_run_out(lease, now)]
+        if not due:
+            return 0
+        pools.update(lease.pool_id for lease in due)
+        return lease_free_gpus([lease.pk for lease in due])
 
 
 def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime | None = None,
