@@ -373,8 +373,10 @@ def leases_mark_lost(lease_ids: list[Any], *, reason_prefix: str, now: datetime 
                 note = f"; its old workload is being stopped as lease {stranded.pk}" if stranded else ""
                 transition(lease, LeaseState.PENDING, actor="system:inventory", now=now,
                            reason=f"requeued after loss of {host}{note}").save()
-                # A later bind is a new generation: named apart from the old workload.
-                lease.binding_status = {"generation": generation + 1} if stranded else {}
+                # A later bind is a new generation, named apart (pod, lease directory) from every
+                # earlier one: also when nothing ran this time, or a second requeue would fall
+                # back to the first name, which that workload's stranded copy may still hold.
+                lease.binding_status = {"generation": generation + 1}
                 lease.save()
                 # The GPUs it held are in the audit trail; their links would stop the same GPU
                 # being granted to it again when its host comes back (lease_gpu_unique).
