@@ -9,6 +9,10 @@ shows `stopping` meanwhile; allocation.workloads.stopping), or forgotten by an a
 good. Before it asks the host, a bind marks the lease (`binding_status.bind`): from then on an
 end keeps the GPUs, since a bind whose reply is lost may have started the workload all the same;
 and a bind that failed has what it may have left deleted by name (`Connector.bind_handle`).
+
+Every time written here (an end, a bind mark, a stop attempt and its next one) is the database's
+clock (core.db.db_now), never this worker's: another process compares them, and a worker whose
+clock runs minutes off would end leases minutes late or judge a bind abandoned too soon.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from functools import partial
 from typing import Any, Literal
 
 from django.db import transaction
-from django.utils import timezone
 
 from agents.base import (
     BIND_ENDED,
@@ -38,6 +41,7 @@ from allocation.lease_states import lease_end, lease_free_gpus, transition
 from allocation.models import Lease
 from allocation.triggers import request_pass, request_unbind
 from allocation.workloads import stopping
+from core.db import db_now
 from inventory.discovery import source_connector
 
 logger = logging.getLogger(__name__)
@@ -110,7 +114,7 @@ def lease_bind(lease_id: Any, *, final_attempt: bool = False) -> BindOutcome:
             lease.binding_status = _with_generation(status.to_dict(), request)
             kind = lease.binding_spec.get("kind", "workload")
             transition(lease, LeaseState.BOUND, actor=ACTOR, reason=f"{kind} started on {request.host_name}",
-                       extra={"handle": dict(status.handle)}).save()
+                       now=db_now(), extra={"handle": dict(status.handle)}).save()
             lease.save()
             return "bound"
         # The lease ended while we were starting it: it kept its GPUs (the bind mark), or the
@@ -155,7 +159,7 @@ def _mark_binding(lease_id: Any) -> bool:
         lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
         if lease is None or lease.state != LeaseState.GRANTED:
             return False
-        bind = {**(lease.binding_status.get("bind") or {}), "started_at": stopping.iso(timezone.now()),
+        bind = {**(lease.binding_status.get("bind") or {}), "started_at": stopping.iso(db_now()),
                 "in_flight": True}
         lease.binding_status = {**lease.binding_status, "bind": bind}
         lease.save(update_fields=["binding_status"])
@@ -181,7 +185,7 @@ def _bind_failed(lease_id: Any, exc: AgentError, *, final: bool, generation: int
             lease.reason = f"binding retrying after error: {exc.message}"
             lease.save(update_fields=["binding_status", "reason"])
         elif fail:
-            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}")
+            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=f"binding failed: {exc.message}", now=db_now())
         elif holder is not None:  # ended meanwhile: its unbind may be waiting for this bind
             holder.save(update_fields=["binding_status"])
     if retry:  # raised after the commit: the mark must say the bind is no longer in flight
@@ -196,7 +200,7 @@ def _fail(lease: Lease, reason: str) -> BindOutcome:
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
         if lease.state == LeaseState.GRANTED:
-            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=reason)
+            lease_end(lease, LeaseState.FAILED, actor=ACTOR, reason=reason, now=db_now())
     request_pass(lease.pool_id)
     return "failed"
 
@@ -215,7 +219,7 @@ def lease_unbind(lease_id: Any, *, final_attempt: bool = False) -> UnbindOutcome
     the attempts, the next one) and is retried with backoff: there is no last attempt after
     which the GPUs are freed anyway (`final_attempt` is accepted and ignored). Returns what
     happened, in a word."""
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         lease = _lease(lease_id, lock=True)
         if lease is None or lease.state not in END_STATES or lease.ending_since is None:
@@ -267,7 +271,7 @@ def _stop_target(lease: Lease, status: dict[str, Any]) -> tuple[Connector | None
 
 def _stopped(lease_id: Any) -> UnbindOutcome:
     """The workload is over: free the GPUs (unless an admin forgot it meanwhile: done already)."""
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
         if lease is None or lease.state not in END_STATES or lease.ending_since is None:
@@ -281,7 +285,7 @@ def _stopped(lease_id: Any) -> UnbindOutcome:
             before = (status.get("stop") or {}).get("reason_before")
             if before is not None:
                 lease.reason, fields = before, [*fields, "reason"]
-            audit(actor=ACTOR, action="lease.stopped", obj=lease, lease=lease,
+            audit(actor=ACTOR, action="lease.stopped", obj=lease, lease=lease, at=now,
                   message=f"workload stopped after {attempts} failed attempt(s); GPUs freed",
                   data={"attempts": attempts}).save()
         lease.save(update_fields=fields)
@@ -292,7 +296,7 @@ def _stopped(lease_id: Any) -> UnbindOutcome:
 
 def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> UnbindOutcome:
     """Record a failed stop on the lease, keep its GPUs, and ask for the next attempt."""
-    now = timezone.now()
+    now = db_now()
     with transaction.atomic():
         lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
         if lease is None or lease.state not in END_STATES or lease.ending_since is None:
@@ -306,7 +310,7 @@ def _stop_failed(lease_id: Any, message: str, *, permanent: bool) -> UnbindOutco
         lease.binding_status = status
         lease.save(update_fields=["binding_status", "reason"])
         if news:
-            audit(actor=ACTOR, action="lease.stop_failed", obj=lease, lease=lease,
+            audit(actor=ACTOR, action="lease.stop_failed", obj=lease, lease=lease, at=now,
                   message=f"stopping its workload failed: {message}; GPUs held, {retry}",
                   data={"attempts": stop["attempts"], "permanent": permanent, "error": message}).save()
     logger.warning("lease %s: stopping its workload failed (attempt %d): %s; %s", lease_id,
@@ -345,7 +349,7 @@ def lease_observe(lease: Lease) -> ObserveOutcome:
         generation = lease.binding_status.get("generation")
         lease.binding_status = {**status.to_dict(), "state": status.state,
                                 **({"generation": generation} if generation else {})}
-        lease_end(lease, target, actor=ACTOR, reason=reason, workload_gone=not stop_first)
+        lease_end(lease, target, actor=ACTOR, reason=reason, workload_gone=not stop_first, now=db_now())
     if stop_first:
         lease_unbind(lease.pk)
     request_pass(lease.pool_id)
@@ -370,7 +374,7 @@ def bindings_observe() -> dict[str, int]:
     for lease in Lease.objects.filter(state=LeaseState.BOUND).select_related("host__source"):
         outcome = lease_observe(lease)
         counts[outcome] = counts.get(outcome, 0) + 1
-    now = timezone.now()
+    now = db_now()
     for lease in stopping.pending_stops().select_related("priority_class", "host"):
         host = lease.host
         seen = host.last_seen if host is not None and not host.is_offline else None
