@@ -17,7 +17,12 @@ from core.tasks import final_attempt, gpupool_task
 logger = logging.getLogger(__name__)
 
 
-@gpupool_task(name="allocation.schedule_pass")
+# Acknowledged on receipt, unlike the other tasks: a pass is idempotent and beat runs one every
+# PASS_INTERVAL_S over every pool (clearing their trigger flags), so a pass whose worker is
+# killed is replaced within seconds by the next periodic one. Acknowledged late, its message
+# would wait out the broker's visibility timeout (an hour, sized for the longest task and
+# countdown: the Redis transport has one for every queue) and then run a stale pass.
+@gpupool_task(name="allocation.schedule_pass", acks_late=False)
 def schedule_pass(pool_id: int | None = None) -> None:
     for report in run_pass(None if pool_id is None else [pool_id]):
         if report.granted or report.preempted:

@@ -57,9 +57,13 @@ def final_attempt() -> bool:
 
 def gpupool_task(*, name: str, soft_time_limit: int = 120, time_limit: int = 150,
                  retry_on: tuple[type[BaseException], ...] = (), max_retries: int = 6,
-                 **options: Any) -> Callable[[F], Any]:
+                 acks_late: bool = True, **options: Any) -> Callable[[F], Any]:
     """Register `func` as the Celery task `name`. Its body runs as written; the wrapper times it,
-    logs failures, counts outcomes and retries `retry_on` errors (and transient database errors)."""
+    logs failures, counts outcomes and retries `retry_on` errors (and transient database errors).
+
+    Acknowledged late by default: a task whose worker dies is delivered again, once the broker's
+    visibility timeout has passed (settings.CELERY_BROKER_TRANSPORT_OPTIONS). `acks_late=False`
+    is for a task that a periodic run replaces sooner than that (the scheduling pass)."""
     retryable = (*TRANSIENT, *retry_on)
 
     def decorate(func: F) -> Any:
@@ -97,7 +101,7 @@ def gpupool_task(*, name: str, soft_time_limit: int = 120, time_limit: int = 150
             parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                         *signature.parameters.values()])
         decorator = shared_task(name=name, bind=True, ignore_result=True, soft_time_limit=soft_time_limit,
-                                time_limit=time_limit, acks_late=True, max_retries=max_retries, **options)
+                                time_limit=time_limit, acks_late=acks_late, max_retries=max_retries, **options)
         return decorator(run)  # type: ignore[no-untyped-call]  # celery-types leave shared_task's decorator untyped
 
     return decorate

@@ -146,6 +146,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- broker and cache ---------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(VAR_DIR)
 CELERY_BROKER_URL = embedded.broker_url(REDIS_URL)
+# An unacknowledged message (acks_late: its worker died) is delivered again after this. One
+# value for every queue in kombu's Redis transport, and it must exceed the longest countdown a
+# task is sent with (a failed stop retried every 30 min, allocation.workloads.stopping) plus the
+# longest task run (unbind: 960 s), or Redis hands out again a message still held. The scheduling
+# pass does not wait on it: acknowledged on receipt, it is replaced by the periodic pass
+# (allocation.tasks.schedule_pass; tests/allocation/test_task_delivery.py).
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
 # Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
 CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
