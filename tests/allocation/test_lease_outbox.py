@@ -170,3 +170,47 @@ def test_published_rows_are_pruned_after_the_retention(stream: Any) -> None:
     LeaseOutbox.objects.create(lease_id=_change(4).lease_id, pool_id=1, team_id=1, state="pending")  # unpublished
     assert prune() == 1
     assert LeaseOutbox.objects.count() == 3
+
+
+_KILLED = '''
+import os, signal, sys
+import django
+django.setup()
+from django.db import transaction
+import allocation.outbox as outbox
+from allocation.events import LeaseChange
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if sys.argv[1] == "after-commit":  # the transaction commits; the process dies before publishing
+    outbox._publish_now = die
+    with transaction.atomic():
+        outbox.announce([LeaseChange(f"00000000-0000-0000-0000-{n:012d}", 1, 1, "granted") for n in range(3)])
+else:  # a relay dies after its stream write, before the rows are marked
+    outbox.bulk_update_columns = die
+    outbox.relay()
+'''
+
+
+def test_kill_9_after_the_commit_and_after_the_stream_write_loses_nothing_and_duplicates_nothing(
+        stream: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.processes import process_env
+
+    def killed(mode: str) -> None:
+        done = subprocess.run([sys.executable, "-c", _KILLED, mode], env=process_env(), timeout=60,
+                              capture_output=True, text=True)
+        assert done.returncode == -signal.SIGKILL, done.stderr
+
+    killed("after-commit")
+    assert LeaseOutbox.objects.filter(stream_id__isnull=True).count() == 3 and entries(stream) == []
+    killed("after-xadd")
+    sent = entries(stream)
+    assert len(sent) == 3 and LeaseOutbox.objects.filter(stream_id__isnull=True).count() == 3
+    assert relay() == 3  # the dead relay's lock and transaction went with its connection
+    assert entries(stream) == sent  # the same three entries, no second copy
+    assert sorted(LeaseOutbox.objects.values_list("stream_id", flat=True)) == [i for i, _ in sent]
