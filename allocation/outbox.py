@@ -145,17 +145,21 @@ def relay(*, wait: bool = False, limit: int = RELAY_BATCH) -> int:
 
 def _relay_batch(*, wait: bool, limit: int) -> int | None:
     """One transaction of the relay: None when another relay holds the lock (without `wait`)."""
-    with transaction.atomic():
-        with connection.cursor() as cur:
-            if wait:
-                cur.execute(f"SET LOCAL lock_timeout = {int(RELAY_WAIT_MS)}")
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", [_RELAY_LOCK])
-            else:
-                cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_RELAY_LOCK])
-                if not cur.fetchone()[0]:
-                    return None
-        rows = list(LeaseOutbox.objects.filter(stream_id__isnull=True).order_by("id")
-                    .values_list("id", "lease_id", "pool_id", "team_id", "state")[:limit])
+    table = connection.ops.quote_name(LeaseOutbox._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cur:
+        # Plain SQL, the lock and its timeout in one round trip: this runs after every write.
+        if wait:
+            cur.execute(f"SET LOCAL lock_timeout = {int(RELAY_WAIT_MS)}; SELECT pg_advisory_xact_lock(%s)",
+                        [_RELAY_LOCK])
+        else:
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_RELAY_LOCK])
+            if not cur.fetchone()[0]:
+                return None
+        # A statement of its own, after the lock: its snapshot has every row committed before,
+        # the marks of the relay that held the lock included.
+        cur.execute(f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
+                    "ORDER BY id LIMIT %s", [limit])
+        rows = cur.fetchall()
         if not rows:
             return 0
         stream_ids = publish_rows(rows)
