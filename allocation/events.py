@@ -3,26 +3,27 @@
 The stream is the feed of `GET leases/{id}/?wait=` and the `leases/events/` watch (see
 `allocation/watch/`). It carries only who changed (lease, pool, team, new state): watchers read the
 lease itself from the database, so a notification can never show a state that was not committed,
-and a spurious one costs a read, never a wrong answer. Entries are written after the commit
-(`transaction.on_commit`), in commit order, so a stream id is a resume point like a Kubernetes
-resourceVersion. The stream is capped (`MAXLEN ~ STREAM_MAXLEN`); a watcher asking to resume from
-an id older than the cap is told so (410) and re-lists.
+and a spurious one costs a read, never a wrong answer. Entries come from the outbox of lease events
+(`allocation.outbox`): each transition's event is written in its transaction and published once,
+under one stream id, in order; a stream id is a resume point like a Kubernetes resourceVersion
+(every event published after it has a greater id). The stream is capped (`MAXLEN ~
+STREAM_MAXLEN`); a watcher asking to resume from an id older than the cap is told so (410) and
+re-lists.
+
+This module imports no model: the web server's watch endpoints import it before Django is set up.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
-
-logger = logging.getLogger(__name__)
 
 STREAM = "gpupool:lease-events"
+# Outbox row id → stream id, for rows published whose stream id may not be recorded yet.
+PUBLISHED = "gpupool:lease-events:published"
 STREAM_MAXLEN = 200_000
 _client: Any = None
 
@@ -61,28 +62,3 @@ def redis_client() -> Any:
     return _client
 
 
-def announce(changes: Iterable[LeaseChange]) -> None:
-    """Publish `changes` once the current transaction commits (at once outside a transaction).
-    A failure to publish is logged and swallowed: watchers time out and re-read, nothing is lost
-    from the ledger."""
-    batch = list(changes)
-    if batch:
-        transaction.on_commit(lambda: publish(batch))
-
-
-def announce_lease(lease: Any) -> None:
-    """`announce` for one in-memory lease, with the state it is being saved in."""
-    announce([LeaseChange(str(lease.pk), lease.pool_id, lease.team_id, str(lease.state))])
-
-
-def publish(batch: list[LeaseChange]) -> None:
-    if not batch:
-        return
-    try:
-        with redis_client().pipeline(transaction=False) as pipe:
-            for change in batch:
-                pipe.xadd(STREAM, change.fields(), maxlen=STREAM_MAXLEN, approximate=True)
-            pipe.execute()
-    except Exception:
-        logger.warning("could not publish %d lease change(s); watchers will catch up by timeout",
-                       len(batch), exc_info=True)

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from allocation.audit import AuditRow, audit, bulk_audit
 from allocation.choices import END_STATES, LeaseState
-from allocation.events import announce_lease
 from allocation.models import AuditEvent, Lease, LeaseGpu
+from allocation.outbox import announce as announce_changes
+from allocation.outbox import announce_lease, change_of, outbox_cte, publish_after_commit
 from core.db.bulk import bulk_update_fast
 from core.db.statements import Statement, execute_as_one, insert_sql, update_sql
 from core.errors import Conflict
@@ -55,9 +56,10 @@ def _transition_data(previous: str, target: str, extra: dict[str, Any] | None) -
 def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
                now: datetime | None = None, extra: dict[str, Any] | None = None,
                announce: bool = True) -> AuditEvent:
-    """Move one in-memory lease to `target` (caller saves it, in a transaction); returns the
-    unsaved audit event. Watchers hear of it once that transaction commits; a caller moving many
-    leases at once passes `announce=False` and announces them in one batch (`events.announce`).
+    """Move one in-memory lease to `target` (caller saves it, in the transaction this runs in);
+    returns the unsaved audit event. Its event is written to the outbox now, in that transaction,
+    and watchers hear of it once it commits; a caller moving many leases at once passes
+    `announce=False` and announces them in one batch (`outbox.announce`).
 
     Raises IllegalTransition for a move the state machine does not allow.
     """
@@ -97,10 +99,11 @@ def stop_pending(lease: Lease) -> bool:
 
 
 def _end(lease: Lease, target: str, *, actor: str, reason: str, now: datetime,
-         keep_gpus: bool | None, announce: bool, workload_gone: bool = False) -> tuple[AuditEvent, bool]:
-    """`lease_end` in memory: returns the audit event and whether the lease keeps its GPUs."""
+         keep_gpus: bool | None, workload_gone: bool = False) -> tuple[AuditEvent, bool]:
+    """`lease_end` in memory: returns the audit event and whether the lease keeps its GPUs (the
+    caller writes the lease's event with its own statements)."""
     has_workload = lease.has_workload and not workload_gone
-    event = transition(lease, target, actor=actor, reason=reason, now=now, announce=announce)
+    event = transition(lease, target, actor=actor, reason=reason, now=now, announce=False)
     hold = has_workload if keep_gpus is None else keep_gpus or has_workload
     if hold:
         lease.ending_since = now
@@ -118,19 +121,21 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     them once it has stopped it, however many attempts that takes: allocation.workloads.stopping) or
     `keep_gpus` is forced (a preemption notice on an unbound lease:
     the reaper frees them after the grace period). `announce=False`: the caller announces it.
-    Everything it writes (the lease, its audit event, the fair-share ledger, the
+    Everything it writes (the lease, its audit event, its outbox event, the fair-share ledger, the
     GPU-hour meter, the freed links and GPUs) is one statement. A `now` before the lease's grant
     counts as the grant's time (`Lease.end_time`). `workload_gone`: its workload is known to have ended
     (observed): nothing to stop, the GPUs are freed with the end."""
     now = lease.end_time(now or timezone.now())
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
-                       announce=announce, workload_gone=workload_gone)
+                       workload_gone=workload_gone)
     from allocation.economy.metering import meter_close_sql
     from allocation.ledger import ledger_close_sql
 
     if not hold:
         lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
     ctes = [("ended_lease", update_sql(lease)), ("end_event", insert_sql(event))]
+    if announce:
+        ctes.append(outbox_cte(change_of(lease)))
     if lease.granted_at is not None:
         ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
                                                 granted_at=lease.granted_at, ended_at=now)))
@@ -138,6 +143,8 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     if not hold:
         ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
     execute_as_one(ctes)
+    if announce:
+        publish_after_commit()
 
 
 # What ending a lease writes on its row (`transition` to an end state, then `_end`).
@@ -149,15 +156,14 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
                now: datetime, fields: Sequence[str] = (), announce: bool = True) -> int:
     """`lease_end` for many leases (instances, locked by the caller) in a constant number of
     statements: one UPDATE of the lease rows (END_FIELDS plus the caller's own `fields`), one
-    INSERT of the audit events, the ledger, one UPDATE closing their meters, and one release of
-    every GPU no workload holds. Returns how many leases kept their GPUs (a workload still
-    running). Nothing for none."""
+    INSERT of the audit events, the ledger, one UPDATE closing their meters, one release of
+    every GPU no workload holds, and (`announce`) one INSERT of their outbox events. Returns how
+    many leases kept their GPUs (a workload still running). Nothing for none."""
     if not leases:
         return 0
     events, free, kept = [], [], 0
     for lease, reason in zip(leases, reasons, strict=True):
-        event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=None,
-                           announce=announce)
+        event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=None)
         events.append(event)
         kept += hold
         if not hold:
@@ -174,6 +180,8 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
     bulk_audit(events)
     if free:
         lease_free_gpus(free)
+    if announce:
+        announce_changes([change_of(lease) for lease in leases])
     return kept
 
 

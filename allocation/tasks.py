@@ -4,9 +4,11 @@ the logic is in services."""
 from __future__ import annotations
 
 import logging
+import time
 
 from allocation.audit import audit
 from allocation.engine import run_pass
+from allocation.outbox import prune, relay
 from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
@@ -15,6 +17,8 @@ from allocation.workloads.binding import TransientBindError, bindings_observe, l
 from core.tasks import final_attempt, gpupool_task
 
 logger = logging.getLogger(__name__)
+PRUNE_EVERY_S = 60.0
+_next_prune = 0.0
 
 
 # Acknowledged on receipt, unlike the other tasks: a pass is idempotent and beat runs one every
@@ -28,6 +32,19 @@ def schedule_pass(pool_id: int | None = None) -> None:
         if report.granted or report.preempted:
             logger.info("pass %s: granted %d, preempted %d, pending %d in %.3fs", report.pool,
                         len(report.granted), len(report.preempted), report.pending, report.seconds)
+
+
+@gpupool_task(name="allocation.relay_lease_events", max_retries=0)
+def relay_lease_events() -> None:
+    """Publish the lease events no writer published after its commit (it crashed, Redis was
+    away), in order, each once; prune the old published ones."""
+    published = relay()
+    if published:
+        logger.info("relayed %d lease event(s) left unpublished", published)
+    global _next_prune
+    if time.monotonic() >= _next_prune:
+        _next_prune = time.monotonic() + PRUNE_EVERY_S
+        prune()
 
 
 @gpupool_task(name="allocation.reap_leases")

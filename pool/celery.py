@@ -55,6 +55,11 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # The periodic scheduling pass; lease events trigger extra passes at once.
         "schedule-pass": {"task": "allocation.schedule_pass", "schedule": pass_s,
                           "options": {"expires": pass_s}},
+        # Publishes the lease events a writer left unpublished (crash, Redis away): the outbox
+        # (allocation.events). On the schedule queue: its worker is never held for minutes by a
+        # bind, and a relay with nothing to do is one indexed read.
+        "relay-lease-events": {"task": "allocation.relay_lease_events", "schedule": 1.0,
+                               "options": {"expires": 1.0}},
         # Ends granted leases whose TTL ran out, and lost leases on long-offline hosts.
         "reap-leases": {"task": "allocation.reap_leases", "schedule": 5.0,
                         "options": {"expires": 5.0}},

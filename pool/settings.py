@@ -167,7 +167,8 @@ CELERY_TASK_DEFAULT_QUEUE = "gpupool"
 # Scheduling passes have a queue and a worker of their own, so a pass never waits behind
 # discovery, binding or observation (tasks that wait on SSH and Kubernetes for seconds).
 SCHEDULE_QUEUE = "gpupool.schedule"
-CELERY_TASK_ROUTES = {"allocation.schedule_pass": {"queue": SCHEDULE_QUEUE}}
+CELERY_TASK_ROUTES = {"allocation.schedule_pass": {"queue": SCHEDULE_QUEUE},
+                      "allocation.relay_lease_events": {"queue": SCHEDULE_QUEUE}}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Reconnect to a broker that is down for as long as it takes (every 2 s at most, pool.celery):

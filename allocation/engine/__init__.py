@@ -8,8 +8,9 @@ Cost per pass, whatever the number of GPUs or leases: a fixed number of queries 
 (`snapshot`), then a few set-based statements to write what changed (`apply`): the granted lease
 rows, their GPU links, the GPU rows, the preempted leases, every audit event of the pass in one
 INSERT, and the queue explanations that changed (`apply.write_explanations` bounds how many).
-A pass that changes nothing writes nothing. Watchers hear of every lease granted or preempted in
-one batch after the commit (`events.announce`).
+A pass that changes nothing writes nothing. Every lease granted or preempted gets its event in the
+outbox in one INSERT of the pass's transaction; watchers hear of them once it commits
+(`outbox.announce`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from prometheus_client import Histogram
 from allocation.audit import audit_rows_insert
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
-from allocation.events import announce
+from allocation.outbox import announce
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind

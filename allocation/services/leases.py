@@ -15,9 +15,9 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 
 from allocation.audit import audit
 from allocation.choices import END_STATES, HOLDING_STATES, BindingKind, LeaseState
-from allocation.events import announce_lease
 from allocation.lease_states import lease_end, lease_free_gpus, stop_pending, transition
 from allocation.models import WORKLOAD_MAY_RUN, Budget, Lease, LeaseGpu, PriorityClass, Quota, Team, expired_at
+from allocation.outbox import change_of, outbox_cte, publish_after_commit
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
@@ -165,17 +165,18 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
             raise Conflict("this Idempotency-Key was used with a different request body",
                            code="idempotency_key_reused")
         return replay, False
-    announce_lease(lease)
+    publish_after_commit()
     transaction.on_commit(lambda: request_pass(resolved.pool.pk))
     return lease, True
 
 
 def _insert_lease(lease: Lease, event: Any) -> bool:
-    """Write the lease and its audit event, atomically. False when the (user, Idempotency-Key)
-    pair already has a lease: nothing is written then. One statement: the event is inserted
-    once per row the lease insert returns, so none on a conflict."""
+    """Write the lease, its audit event and its outbox event, atomically. False when the (user,
+    Idempotency-Key) pair already has a lease: nothing is written then. One statement: the events
+    are inserted once per row the lease insert returns, so none on a conflict."""
     rows = execute_as_one([("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
-                           ("event", insert_sql(event, source="new_lease"))],
+                           ("event", insert_sql(event, source="new_lease")),
+                           outbox_cte(change_of(lease), source="new_lease")],
                           ("SELECT id FROM new_lease", []))
     return bool(rows)
 

@@ -24,6 +24,7 @@ RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 # so a pool's lock and a source's lock with the same id never collide.
 POOL_LOCKS = 0x6770  # "gp": a pool's scheduling pass and the writes that must not interleave with it
 SOURCE_LOCKS = 0x6773  # "gs": one discovery sync of a source at a time
+EVENT_LOCKS = 0x6765  # "ge": the relay of lease events (one publisher at a time, in order)
 
 
 def advisory_xact_lock(namespace: int, key: int) -> datetime:

@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from allocation.choices import LeaseState
 from allocation.engine import run_pass
 from allocation.lease_states import lease_end, lease_free_gpus, leases_end
 from allocation.ledger import ledger_close_many, ledger_close_sql
-from allocation.models import AuditEvent, Lease, LeaseGpu, Team, UsageLedger
+from allocation.models import AuditEvent, Lease, LeaseGpu, LeaseOutbox, Team, UsageLedger
 from allocation.services.leases import lease_create
 from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu
@@ -84,6 +85,9 @@ def _snapshot(lease_id: Any) -> dict[str, Any]:
         "events": list(AuditEvent.objects.filter(lease_id=lease_id).order_by("id").values_list("action", flat=True)),
         "last_event": AuditEvent.objects.filter(lease_id=lease_id).order_by("id").values(
             "actor", "message", "data", "object_type").last(),
+        # The outbox: one event per transition, in its order (creation, grant, end).
+        "outbox": list(LeaseOutbox.objects.filter(lease_id=lease_id).order_by("id").values_list(
+            "state", "pool_id", "team_id")),
     }
 
 
@@ -101,8 +105,10 @@ def _end_a_granted_lease(user: Any, how: str, *, many: bool = False) -> dict[str
     if many:
         leases_end([lease], target, actor="tester", reasons=[f"ended: {how}"], now=timezone.now())
     else:
-        lease_end(lease, target, actor="tester", reason=f"ended: {how}",
-                  keep_gpus=True if how == "notice" else None)
+        with CaptureQueriesContext(connection) as ctx:
+            lease_end(lease, target, actor="tester", reason=f"ended: {how}",
+                      keep_gpus=True if how == "notice" else None)
+        assert len(ctx.captured_queries) == 1  # its outbox event included
     snapshot = _snapshot(lease.pk)
     if how != "released":  # the workload stopped / the notice ran out
         lease_free_gpus([lease.pk])
@@ -126,6 +132,7 @@ def test_ending_a_lease_in_one_statement(demo_fleet: Any, make_user: Any, how: s
     assert ended["last_event"]["actor"] == "tester" and ended["last_event"]["message"] == f"ended: {how}"
     assert ended["last_event"]["data"]["to"] == state
     assert ended["ledger"]
+    assert [row[0] for row in ended["outbox"]] == ["pending", "granted", state]
     if held:  # freed once the workload stopped / the notice ran out
         after = ended["after_free"]
         assert not after["ending"] and after["links"] == [False, False]
@@ -141,7 +148,6 @@ def test_ending_one_lease_in_one_statement_writes_what_ending_many_writes(
 
 def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(settings: Any) -> None:
     from django.db import transaction
-    from django.test.utils import CaptureQueriesContext
 
     from core.db.statements import execute
 
