@@ -9,6 +9,7 @@ servers; no other change is needed.
 from __future__ import annotations
 
 import secrets
+import sys
 from pathlib import Path
 from typing import TypedDict
 from urllib.parse import urlparse
@@ -30,7 +31,10 @@ VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 DEBUG = env_bool("DEBUG", False)
-DATABASE_URL = env_str("DATABASE_URL") or embedded.postgres_url(VAR_DIR)
+# Type checking imports these settings (django-stubs' mypy plugin): it must not start servers.
+_CHECKING_TYPES = "mypy" in sys.modules
+DATABASE_URL = env_str("DATABASE_URL") or (
+    "postgres://postgres@localhost/gpupool" if _CHECKING_TYPES else embedded.postgres_url(VAR_DIR))
 
 
 def _database_is_local(url: str) -> bool:
@@ -144,7 +148,7 @@ DATABASES = {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache ---------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL") or embedded.redis_url(VAR_DIR)
+REDIS_URL = env_str("REDIS_URL") or ("redis://localhost:6379/0" if _CHECKING_TYPES else embedded.redis_url(VAR_DIR))
 CELERY_BROKER_URL = embedded.broker_url(REDIS_URL)
 # An unacknowledged message (acks_late: its worker died) is delivered again after this. One
 # value for every queue in kombu's Redis transport, and it must exceed the longest countdown a
