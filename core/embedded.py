@@ -169,6 +169,11 @@ def _start_redis(folder: Path, socket: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     socket.parent.mkdir(parents=True, exist_ok=True)
+    if _alive(folder / "redis.pid"):
+        # Running but slow to answer (a busy machine): wait for it. Starting a second server would
+        # take over the socket path and leave the first running, orphaned, with half the data.
+        _wait_for_redis(folder, socket)
+        return
     socket.unlink(missing_ok=True)
     # A snapshot on shutdown and every minute with a change, as a developer's Redis: the queue and
     # the lease event stream survive a restart of `make run`. No TCP port: nothing else can reach it.
@@ -176,11 +181,27 @@ def _start_redis(folder: Path, socket: Path) -> None:
             "--daemonize", "yes", "--pidfile", str(folder / "redis.pid"), "--dir", str(folder),
             "--logfile", str(folder / "redis.log"), "--save", "60 1", "--appendonly", "no"]
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, timeout=START_TIMEOUT_S)
+    _wait_for_redis(folder, socket)
+
+
+def _wait_for_redis(folder: Path, socket: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _redis_answers(socket):
         if time.monotonic() > deadline:
             raise EngineError(f"embedded Redis did not answer on {socket}; see {folder / 'redis.log'}")
         time.sleep(0.02)
+
+
+def _alive(pidfile: Path) -> bool:
+    """Whether the redis-server named in pidfile runs (a pid reused by another program after a
+    crash does not count: Linux says what runs under it)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    return not cmdline.exists() or b"redis-server" in cmdline.read_bytes()
 
 
 def stop_redis(var_dir: Path) -> bool:

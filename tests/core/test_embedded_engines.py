@@ -5,8 +5,10 @@ Redis server under var/ and use them (not SQLite, not a filesystem queue); data 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +102,17 @@ def test_the_broker_url_is_kombus_spelling_of_a_unix_socket() -> None:
     assert embedded.broker_url("unix:///v/redis.sock?db=3") == "redis+socket:///v/redis.sock?virtual_host=3"
     assert embedded.broker_url("unix:///v/redis.sock") == "redis+socket:///v/redis.sock?virtual_host=0"
     assert embedded.broker_url("redis://10.0.0.5:6379/2") == "redis://10.0.0.5:6379/2"
+
+
+def test_a_running_redis_slow_to_answer_is_waited_for_not_doubled(var: Path) -> None:
+    """A busy machine: the server runs but does not answer in time. The next process waits for it
+    instead of starting a second server on the same socket (which would orphan the first)."""
+    url = embedded.redis_url(var)
+    folder, socket = embedded._redis_paths(var)
+    pid = int((folder / "redis.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)  # alive, silent: pings time out
+    threading.Timer(5.0, os.kill, (pid, signal.SIGCONT)).start()
+    assert embedded.redis_url(var) == url
+    assert int((folder / "redis.pid").read_text()) == pid
+    servers = subprocess.run(["pgrep", "-f", f"unixsocket:{socket}"], capture_output=True, text=True).stdout.split()
+    assert servers == [str(pid)]
