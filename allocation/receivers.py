@@ -8,7 +8,7 @@ from django.dispatch import receiver
 
 from allocation.choices import HOLDING_STATES
 from allocation.models import Lease
-from allocation.services.leases import leases_mark_lost
+from allocation.services.reaper import leases_mark_lost
 from allocation.triggers import request_pass
 from inventory.signals import gpus_vanished, inventory_changed
 

@@ -12,7 +12,7 @@ from allocation.outbox import prune, relay
 from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
-from allocation.services.leases import leases_reap
+from allocation.services.reaper import leases_reap
 from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from core.tasks import final_attempt, gpupool_task
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from allocation.engine import run_pass
 from allocation.ledger import rebuild_ledger, team_usage_views
 from allocation.models import Lease, UsageLedger
-from allocation.services.leases import leases_reap
+from allocation.services.reaper import leases_reap
 from inventory.models import Gpu, Host
 
 pytestmark = pytest.mark.django_db

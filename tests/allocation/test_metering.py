@@ -15,7 +15,8 @@ from allocation.economy.usage import usage_report
 from allocation.engine import apply as engine_apply
 from allocation.engine import run_pass, snapshot
 from allocation.models import Lease, LeaseUsage
-from allocation.services.leases import lease_release, leases_mark_lost, leases_reap
+from allocation.services.leases import lease_release
+from allocation.services.reaper import leases_mark_lost, leases_reap
 from inventory.models import Gpu
 
 pytestmark = pytest.mark.django_db

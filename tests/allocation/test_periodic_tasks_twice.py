@@ -16,7 +16,7 @@ from django.utils import timezone
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease
 from allocation.selectors.invariants import ledger_check
-from allocation.services.leases import leases_reap
+from allocation.services.reaper import leases_reap
 from inventory.discovery import source_discover
 from inventory.models import Gpu, Host, Source
 

@@ -14,8 +14,9 @@ from django.db import connection, transaction
 
 from allocation.engine import run_pass
 from allocation.models import Lease
-from allocation.services import leases as lease_services
-from allocation.services.leases import lease_renew, leases_reap
+from allocation.services import reaper as reaper_services
+from allocation.services.leases import lease_renew
+from allocation.services.reaper import leases_reap
 from core.db import db_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +34,7 @@ def granted(demo_fleet: Any, make_user: Any, api: Any) -> str:
 def _between_read_and_write(monkeypatch: Any, reader: str, commit: Any) -> None:
     """Run `commit` (its own transaction: the reaper's reads are outside one) right after the
     reaper's unlocked read `reader`, as another process committing at that moment would."""
-    read = getattr(lease_services, reader)
+    read = getattr(reaper_services, reader)
 
     def read_then_commit(now: Any) -> Any:
         found = read(now)
@@ -41,7 +42,7 @@ def _between_read_and_write(monkeypatch: Any, reader: str, commit: Any) -> None:
         commit()
         return found
 
-    monkeypatch.setattr(lease_services, reader, read_then_commit)
+    monkeypatch.setattr(reaper_services, reader, read_then_commit)
 
 
 def test_a_renewal_committed_after_the_reapers_read_keeps_the_lease(granted: str, monkeypatch: Any) -> None:

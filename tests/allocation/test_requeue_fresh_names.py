@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from allocation.engine import run_pass
 from allocation.models import Lease
-from allocation.services.leases import leases_mark_lost
+from allocation.services.reaper import leases_mark_lost
 from allocation.workloads.binding import bind_request
 from inventory.models import Gpu, Host
 

@@ -28,7 +28,8 @@ from agents.ssh_session import HostSpec, SshSession, load_private_key
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease
 from allocation.selectors.invariants import ledger_check
-from allocation.services.leases import lease_release, leases_mark_lost, leases_reap
+from allocation.services.leases import lease_release
+from allocation.services.reaper import leases_mark_lost, leases_reap
 from allocation.workloads import binding
 from allocation.workloads.binding import bindings_observe, lease_bind, lease_unbind
 from inventory.discovery import source_connector, source_discover
@@ -261,8 +262,9 @@ def test_a_bind_whose_worker_died_is_stopped_by_name_and_never_starts_later(lab:
 def test_a_lease_requeued_while_its_bind_is_in_flight_leaves_that_bind_to_its_stranded_copy(
         lab: Any, sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
     from allocation.services import leases as lease_services
+    from allocation.services import reaper
 
-    for module in (binding, lease_services):  # no broker messages: the test runs what they would
+    for module in (binding, lease_services, reaper):  # no broker messages: the test runs what they would
         monkeypatch.setattr(module, "request_unbind", lambda lease_id, countdown=None: None)
     lease_id = lab.post("/api/v1/leases/", {"pool": "vms", "gpus": 1, "model": "MIG", "requeue_on_loss": True,
                                             "binding": {"kind": "process", "command": ["sleep", "300"]}},

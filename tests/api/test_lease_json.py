@@ -17,7 +17,8 @@ from allocation.api.serializers import LeaseSerializer
 from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.selectors import lease_list
-from allocation.services.leases import lease_create, lease_release, leases_mark_lost
+from allocation.services.leases import lease_create, lease_release
+from allocation.services.reaper import leases_mark_lost
 
 pytestmark = pytest.mark.django_db
 

@@ -123,7 +123,7 @@ def test_a_granted_lease_past_its_ttl_expires_and_frees_its_gpus(api, alice) -> 
 
     from django.utils import timezone
 
-    from allocation.services.leases import leases_reap
+    from allocation.services.reaper import leases_reap
 
     lease = api(alice).post("/api/v1/leases/", {"pool": "training", "gpus": 2, "ttl_seconds": 30},
                             format="json").json()

@@ -34,7 +34,7 @@ BOUND_S = 10.0
 LONG_TTL_S = 600
 SHORT_TTL_S = 2
 PASS = "allocation.engine.run_pass"
-REAP = "allocation.services.leases.leases_reap"
+REAP = "allocation.services.reaper.leases_reap"
 
 CONFIG = {
     "pools": [{"name": "skew"}],

@@ -20,7 +20,7 @@ import pytest
 
 from allocation.engine import run_pass
 from allocation.models import Lease
-from allocation.services.leases import leases_reap
+from allocation.services.reaper import leases_reap
 from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from inventory.discovery import source_discover
 from inventory.models import Host, Source

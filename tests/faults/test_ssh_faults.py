@@ -26,7 +26,7 @@ from django.db import connections
 from agents.ssh_session import HostSpec, SshSession, load_private_key
 from allocation.engine import run_pass
 from allocation.models import Lease
-from allocation.services.leases import leases_reap
+from allocation.services.reaper import leases_reap
 from allocation.workloads.binding import lease_bind, lease_unbind
 from inventory.discovery import source_discover
 from inventory.models import Host, Source
