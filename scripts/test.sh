@@ -20,6 +20,13 @@ want=()
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || want+=(chromium)
 # libfaketime: the clock-skew fault test runs processes with their clocks shifted.
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || want+=(faketime)
+# High availability: a Patroni cluster (with etcd and the distribution's PostgreSQL) and a Redis
+# Sentinel group; stress-ng loads the machine for the busy-machine runs of the fault suite.
+command -v patroni >/dev/null 2>&1 || want+=(patroni)
+command -v etcd >/dev/null 2>&1 || want+=(etcd-server)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || want+=(postgresql)
+command -v redis-sentinel >/dev/null 2>&1 || want+=(redis-sentinel)
+command -v stress-ng >/dev/null 2>&1 || want+=(stress-ng)
 if [ ${#want[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${want[*]} for the real-part tests..."
@@ -32,6 +39,8 @@ fi
 [ -x /usr/sbin/sshd ] || skipped+=("sshd: /usr/sbin/sshd not installed")
 [ -x /usr/bin/chromium ] || skipped+=("browser: /usr/bin/chromium not installed")
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || skipped+=("clock skew: libfaketime not installed")
+command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || skipped+=("PostgreSQL HA: patroni or etcd not installed")
+command -v redis-sentinel >/dev/null 2>&1 || skipped+=("Redis HA: redis-sentinel not installed")
 
 # --- PostgreSQL and Redis ---------------------------------------------------------------------
 # GPUPOOL_TEST_ENGINES=embedded runs the suite on the embedded engines even where servers answer.

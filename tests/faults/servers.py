@@ -166,6 +166,10 @@ class RedisServer:
     def url(self, db: int = 0) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
 
+    def env(self) -> dict[str, str]:
+        """How the stack's processes reach it."""
+        return {"REDIS_URL": self.url()}
+
     def start(self) -> None:
         log = self.log.open("ab")
         self.proc = subprocess.Popen(

@@ -57,11 +57,15 @@ print("@@tokens " + json.dumps(tokens))
 class Stack:
     """PostgreSQL + Redis + web + two workers + beat, configured by `config` (apply's format, JSON)."""
 
-    def __init__(self, root: Path, config: dict[str, Any], users: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, root: Path, config: dict[str, Any], users: dict[str, dict[str, Any]], *,
+                 pg: Any = None, redis: Any = None) -> None:
+        """`pg` and `redis`: the engines (default: one PostgresServer, one RedisServer). Another
+        engine (a Patroni cluster, a Sentinel group) offers the same calls: pg `start`, `stop`,
+        `remove`, `create_database`, `url(dbname, **params)`, `log`; redis `start`, `kill`, `env()`."""
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.pg = PostgresServer()
-        self.redis = RedisServer(root)
+        self.pg = pg if pg is not None else PostgresServer()
+        self.redis = redis if redis is not None else RedisServer(root)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config, self.users = config, users
@@ -70,7 +74,8 @@ class Stack:
 
     def env(self, name: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DJANGO_", "GPUPOOL_"))}
-        env.update(DATABASE_URL=self.pg.url(application_name=name), REDIS_URL=self.redis.url(),
+        env.update(self.redis.env())
+        env.update(DATABASE_URL=self.pg.url(application_name=name),
                    DJANGO_SETTINGS_MODULE="pool.settings", GPUPOOL_VAR_DIR=str(self.root / "var"),
                    GPUPOOL_AUTOSCHEDULE="1", GPUPOOL_PASS_INTERVAL_S=str(PASS_INTERVAL_S),
                    GPUPOOL_LEASE_RATE="100000000/min", PYTHONUNBUFFERED="1", DB_CONN_MAX_AGE="60")
