@@ -3,9 +3,10 @@
 A transactional outbox: each transition writes its event as a `LeaseOutbox` row in the very
 transaction that commits it (`announce`, or `outbox_cte` inside a one-statement write), so an event
 exists exactly when its change does. After the commit the writer publishes at once (the latency of
-a plain publish); the periodic relay (`allocation.relay_lease_events`, every second) publishes
-whatever a crash, a Redis outage or a failed publish left behind. `relay` publishes the unpublished
-rows in id order, one relay at a time (an advisory lock), and records the stream id each got.
+a plain publish; `relay_after_write` never waits for another writer's relay); the periodic relay
+(`allocation.relay_lease_events`, every second) publishes whatever a crash, a Redis outage or a
+failed publish left behind. `relay` publishes the unpublished rows in id order, one relay at a
+time (an advisory lock), and records the stream id each got.
 Publishing is idempotent in Redis itself: one script adds the entry and remembers "outbox row →
 stream id" (`PUBLISHED`), so a relay that dies between the stream write and the record of it gets
 the same id back on its retry instead of adding a second entry. Each row is published once, under
@@ -41,7 +42,7 @@ from core.db.statements import Statement, insert_sql
 logger = logging.getLogger(__name__)
 
 RELAY_BATCH = 1_000  # rows per relay transaction (one script call, one UPDATE)
-RELAY_WAIT_MS = 2_000  # how long a writer waits for the relay running elsewhere before leaving it be
+WRITER_ROUNDS = 4  # relay rounds a writer runs after its commit before leaving the rest to the periodic relay
 RETENTION = timedelta(days=1)  # published rows kept this long (for inspection), then pruned
 QUIET_S = 1.0  # after a failed publish, writers leave publishing to the periodic relay this long
 _RELAY_LOCK = EVENT_LOCKS << 48
@@ -116,26 +117,25 @@ def _publish_now() -> None:
     import redis
 
     try:
-        relay(wait=True)
+        relay_after_write()
     except redis.RedisError:
         _quiet_until = time.monotonic() + QUIET_S
         logger.warning("could not publish lease events; the relay will, once Redis answers", exc_info=True)
-    except Exception:  # the database (a lock wait past RELAY_WAIT_MS): the periodic relay will
+    except Exception:  # the database failed us: the periodic relay will
         logger.warning("could not publish lease events now; the relay will", exc_info=True)
 
 
 # --- the relay: outbox → stream, in order, each row once -------------------------------------------
 
-def relay(*, wait: bool = False, limit: int = RELAY_BATCH) -> int:
+def relay(*, limit: int = RELAY_BATCH) -> int:
     """Publish every unpublished outbox row, oldest first, recording each one's stream id;
-    returns how many. One relay runs at a time: with `wait`, this one waits for the running one
-    (up to RELAY_WAIT_MS) and then publishes what is left; without, it returns 0 at once (the
-    running one publishes what is there). Raises what Redis or the database raise: nothing is
-    marked published then, and the next relay publishes it (under the same stream id if this one
-    had already added it)."""
+    returns how many. One relay runs at a time (an advisory lock): when another holds it, this
+    one returns 0 at once and the other publishes what is there. Raises what Redis or the
+    database raise: nothing is marked published then, and the next relay publishes it (under
+    the same stream id if this one had already added it)."""
     total = 0
     while True:
-        published = _relay_batch(wait=wait, limit=limit)
+        published = _relay_batch(limit=limit)
         if published is None:
             return total
         total += published
@@ -143,18 +143,39 @@ def relay(*, wait: bool = False, limit: int = RELAY_BATCH) -> int:
             return total
 
 
-def _relay_batch(*, wait: bool, limit: int) -> int | None:
-    """One transaction of the relay: None when another relay holds the lock (without `wait`)."""
+def relay_after_write(*, limit: int = RELAY_BATCH, rounds: int = WRITER_ROUNDS) -> int:
+    """A writer's relay after its commit: never waits for another relay (writers used to queue
+    on the lock, ~3 ms each, which serialised concurrent lease writes). Nothing is left behind:
+    a writer that finds the lock taken leaves its rows to the holder, and every holder, once it
+    has committed and released the lock, looks again for unpublished rows (a lock-free EXISTS on
+    the partial index) and goes round while there are any. A row whose writer found the lock
+    taken committed before the holder's commit, so the holder's look after it sees the row.
+    After `rounds` rounds of others' rows (a write storm) the periodic relay takes over."""
+    total = 0
+    for _ in range(rounds):
+        published = _relay_batch(limit=limit)
+        if published is None:  # the holder publishes ours: it looks again after its commit
+            return total
+        total += published
+        if published < limit and not _unpublished_left():
+            return total
+    return total
+
+
+def _unpublished_left() -> bool:
+    table = connection.ops.quote_name(LeaseOutbox._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE stream_id IS NULL)")
+        return bool(cur.fetchone()[0])
+
+
+def _relay_batch(*, limit: int) -> int | None:
+    """One transaction of the relay: None when another relay holds the lock."""
     table = connection.ops.quote_name(LeaseOutbox._meta.db_table)
     with transaction.atomic(), connection.cursor() as cur:
-        # Plain SQL, the lock and its timeout in one round trip: this runs after every write.
-        if wait:
-            cur.execute(f"SET LOCAL lock_timeout = {int(RELAY_WAIT_MS)}; SELECT pg_advisory_xact_lock(%s)",
-                        [_RELAY_LOCK])
-        else:
-            cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_RELAY_LOCK])
-            if not cur.fetchone()[0]:
-                return None
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_RELAY_LOCK])
+        if not cur.fetchone()[0]:
+            return None
         # A statement of its own, after the lock: its snapshot has every row committed before,
         # the marks of the relay that held the lock included.
         cur.execute(f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
