@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PORT ?= 8000
 
-.PHONY: install run test faults lint bench clean
+.PHONY: install run test faults faults-busy lint bench clean
 
 install: $(VENV)/.installed
 
@@ -26,6 +26,10 @@ test: install
 # down 60 s, PostgreSQL down 30 s); `make test` runs them reduced. Figures: test-artifacts/faults/.
 faults: install
 	GPUPOOL_FAULTS=full bash scripts/test.sh tests/faults -m faults -s
+
+# The reduced fault suite twice with every core kept busy by stress-ng (a shared CI runner).
+faults-busy: install
+	bash scripts/faults_busy.sh
 
 lint: install
 	$(VENV)/bin/ruff check .
