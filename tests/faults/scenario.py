@@ -16,6 +16,7 @@ from typing import Any
 from stacktools.processes import REPO
 from stacktools.ready import wait_until
 from tests.faults.agent_fixtures import Figures
+from tests.faults.events_check import check_events
 from tests.faults.invariants import Sampler, eligible_pending, ending_leases, final_check
 from tests.faults.load import READY_TIMEOUT_S
 from tests.faults.stack import Stack
@@ -174,10 +175,13 @@ def settle_and_check(stack: Stack, figures: Figures, sampler: Sampler, timeout: 
     figures["invariant_violations_sampled"] = len(sampler.violations)
     figures["invariant_findings_after"] = {k: len(v) for k, v in findings.items()}
     figures["eligible_stuck_pending"] = len(pending)
+    events = check_events(stack.pg.url(), stack.redis_client())
+    figures["lease_events"] = events
     figures.write()
     assert not sampler.violations, f"invariants broken during the run: {sampler.violations[:10]}"
     assert not findings, f"invariants broken after the run: {findings}"
     assert stuck and not pending, f"eligible leases stuck pending: {pending[:10]}\n{stack.dump_logs()}"
+    assert not events["findings"], f"lease events lost, doubled or out of order: {events['findings']}"
 
 
 def record_load(figures: Figures, merged: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from stacktools.ready import free_port, wait_port
 
@@ -169,6 +170,11 @@ class RedisServer:
     def env(self) -> dict[str, str]:
         """How the stack's processes reach it."""
         return {"REDIS_URL": self.url()}
+
+    def client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(self.url(), socket_timeout=10)
 
     def start(self) -> None:
         log = self.log.open("ab")

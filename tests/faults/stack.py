@@ -137,6 +137,10 @@ class Stack:
             shutil.copy(self.pg.log, self.root / "logs" / "postgres.log")
         self.pg.remove()
 
+    def redis_client(self) -> Any:
+        """A client of the stack's Redis (the engine's own: a Sentinel group gives its master)."""
+        return self.redis.client()
+
     def http(self, user: str) -> requests.Session:
         session = requests.Session()
         session.headers["Authorization"] = f"Token {self.tokens[user]}"
