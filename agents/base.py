@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from agents.host_backoff import HostBackoff
+
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -241,6 +243,18 @@ class Connector(ABC):
     @abstractmethod
     def discover(self) -> Discovery:
         """Read the current fleet. Per-host failures go on HostFact.error, never raise."""
+
+    def host_backoff(self) -> HostBackoff | None:
+        """How hosts of this source that fail to answer are probed less often (`agents.host_backoff`),
+        or None (the default): every host is read every round. None suits a kind that reads its
+        whole fleet in one call (a Kubernetes cluster's node list): leaving one host out saves nothing."""
+        return None
+
+    def discover_except(self, skip: frozenset[str]) -> Discovery:
+        """`discover` without probing the hosts named in `skip` (they are backing off): they are left
+        out of the Discovery, so inventory keeps their rows as they are. A kind with a `host_backoff`
+        overrides it; the default reads every host."""
+        return self.discover()
 
     def bind(self, request: BindRequest) -> BindingStatus:
         """Start the workload for a lease; idempotent (a retry finds the first copy)."""

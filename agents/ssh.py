@@ -12,12 +12,14 @@ Config (a `sources` entry of kind `ssh`, secrets already decrypted by the caller
     command_timeout: 30                    # optional, seconds
     max_parallel: 16                       # optional: hosts read at once
     state_dir: ~/.gpupool                  # optional: where bound processes keep their files
+    backoff: {initial_s: 30, max_s: 900}   # optional: how a host that keeps failing is probed less often
 
 Discovery costs one SSH connection and one remote command per host, all hosts in parallel up
 to `max_parallel`. A host that cannot be read (refused, timed out, wrong host key, bad
 credentials, nvidia-smi missing) comes back offline with the reason in `HostFact.error`; the
-other hosts are unaffected. Host keys are pinned: a host is only ever trusted by its configured
-`host_key`, never on first use.
+other hosts are unaffected; after failures in a row it is probed less often (`agents.host_backoff`:
+30 s doubling to 15 min, jittered), so a dead host stops costing every round a connect timeout.
+Host keys are pinned: a host is only ever trusted by its configured `host_key`, never on first use.
 
 Process bindings run on the lease's host in their own session; see `agents.ssh_scripts` for the
 files kept per lease and why the session id makes the whole process tree reachable.
@@ -52,6 +54,7 @@ from agents.base import (
     Discovery,
     HostFact,
 )
+from agents.host_backoff import HostBackoff, backoff_config_errors
 from agents.nvidia_smi.report import read_host_report
 from agents.nvidia_smi.values import NvidiaSmiError
 from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
@@ -73,7 +76,7 @@ class SshConnector(Connector):
     kind = "ssh"
     workloads: ClassVar[frozenset[str]] = frozenset({"process"})
     config_keys: ClassVar[frozenset[str]] = frozenset(
-        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", *DEFAULTS}
+        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", "backoff", *DEFAULTS}
     )
     secret_fields = ("private_key",)
     request_timeout_s = 30.0  # nvidia-smi on a host with many GPUs takes seconds
@@ -118,7 +121,7 @@ class SshConnector(Connector):
             value = config.get(key)
             if key in config and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
                 errors.append(f"{key} must be a positive number")
-        return errors
+        return errors + (backoff_config_errors(config["backoff"]) if "backoff" in config else [])
 
     @staticmethod
     def _host_errors(entry: Any) -> list[str]:
@@ -177,10 +180,18 @@ class SshConnector(Connector):
 
     # --- discovery ------------------------------------------------------------------------------
 
+    def host_backoff(self) -> HostBackoff:
+        """Each host is its own connection: one that keeps failing is left out of rounds."""
+        return HostBackoff.from_config(self.config.get("backoff"))
+
     def discover(self) -> Discovery:
         """Read every host; per-host failures (a bad entry included) land on that HostFact,
         never raise. A problem that stops every host (no user, unreadable key) is
         `Discovery.error`."""
+        return self.discover_except(frozenset())
+
+    def discover_except(self, skip: frozenset[str]) -> Discovery:
+        """`discover`, leaving out (unprobed, unreported) the hosts whose names are in `skip`."""
         errors = self._source_errors(self.config)
         entries = self.config.get("hosts")
         if not isinstance(entries, list):
@@ -206,9 +217,10 @@ class SshConnector(Connector):
             # The host's own labels (`labels:` in the config), for selectors and topology.
             return dataclasses.replace(fact, labels={**entry.get("labels", {}), **fact.labels})
 
-        workers = max(1, min(int(self._setting("max_parallel")), len(entries)))
+        probed = [(p, e) for p, e in enumerate(entries) if _host_name(e, p) not in skip]
+        workers = max(1, min(int(self._setting("max_parallel")), len(probed)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh-discover") as pool:
-            facts = list(pool.map(discover_entry, enumerate(entries)))
+            facts = list(pool.map(discover_entry, probed))
         return Discovery(hosts=tuple(facts))
 
     def _discover_host(self, host: HostSpec, script: str, replicas: int) -> HostFact:

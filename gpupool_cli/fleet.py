@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gpupool_cli.context import Ctx
-from gpupool_cli.output import age, format_duration, parse_time, table, to_json
+from gpupool_cli.output import age, format_duration, parse_time, table, to_json, until
 
 
 def pools_table(pools: list[dict[str, Any]]) -> str:
@@ -36,9 +36,11 @@ def cmd_gpus(ctx: Ctx, args: argparse.Namespace) -> int:
 def cmd_hosts(ctx: Ctx, args: argparse.Namespace) -> int:
     hosts = ctx.client.all("hosts/", pool=args.pool, state=args.state, source=args.source)
     rows = [[h["id"], h["name"], h["source"], h["kind"], h["state"], h["gpu_count"], h["driver_version"],
-             h["cuda_version"], age(h.get("last_seen")), h.get("error")] for h in hosts]
+             h["cuda_version"], age(h.get("last_seen")), h.get("probe_failures") or None,
+             until(h.get("next_probe_at")), h.get("error")] for h in hosts]
+    # FAILS: discovery probes failed in a row; NEXT PROBE: when a host backing off is tried again.
     ctx.emit(hosts, lambda: table(["ID", "HOST", "SOURCE", "KIND", "STATE", "GPUS", "DRIVER", "CUDA",
-                                   "SEEN", "ERROR"], rows))
+                                   "SEEN", "FAILS", "NEXT PROBE", "ERROR"], rows))
     return 0
 
 

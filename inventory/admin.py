@@ -101,7 +101,7 @@ class HostAdmin(PoolAdminAccess, admin.ModelAdmin[Host]):
     list_select_related = ["source"]
     # State goes through cordon/drain/uncordon (audited), never a raw edit.
     readonly_fields = ["state", "reported_state", "admin_state", "foreign_gpus", "last_seen", "offline_since",
-                       "error", "driver_version", "cuda_version"]
+                       "error", "probe_failures", "next_probe_at", "driver_version", "cuda_version"]
     # The cordon/drain/uncordon actions end leases, so allocation adds them (allocation.admin):
     # inventory never imports allocation.
 

@@ -81,6 +81,10 @@ class Host(models.Model):
     error = models.TextField(blank=True, default="")
     last_seen = models.DateTimeField(null=True, blank=True)
     offline_since = models.DateTimeField(null=True, blank=True)
+    # Discovery's per-host backoff (agents.host_backoff): probes failed in a row (`error` holds the
+    # last one's words) and when the host is probed again; null: every round. One answer resets both.
+    probe_failures = models.PositiveIntegerField(default=0)
+    next_probe_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["source__name", "name"]

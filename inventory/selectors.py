@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, cast
 
 from django.db.models import Count, Q, QuerySet
 
 from inventory.choices import GpuState
-from inventory.models import Gpu, Host, Pool
+from inventory.models import Gpu, Host, Pool, Source
 
 
 def is_capacity(via: str = "") -> Q:
@@ -143,3 +144,9 @@ def forget_capacity_profiles(pool_ids: Iterable[int]) -> None:
     from django.core.cache import cache
 
     cache.delete_many([key.format(pool_id=p) for p in pool_ids for key in (PROFILE_KEY, SOURCE_PROFILE_KEY)])
+
+
+def hosts_backing_off(*, source: Source, now: datetime) -> set[str]:
+    """Names of the source's hosts not due for a probe at `now` (`Host.next_probe_at` later than
+    it, by the database's clock that set it): discovery leaves them out of this round."""
+    return set(Host.objects.filter(source=source, next_probe_at__gt=now).values_list("name", flat=True))

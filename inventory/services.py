@@ -1,4 +1,5 @@
-"""Writes to the inventory: GPU state derivation, host cordon/drain, moving GPUs between pools."""
+"""Writes to the inventory: GPU state derivation, host cordon/drain, moving GPUs between pools,
+probing hosts again at once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.db.models import QuerySet
 
 from core.db.bulk import quoted_column
 from inventory.choices import AdminState, GpuState, Health, HostState
-from inventory.models import Gpu, Host, Pool
+from inventory.models import Gpu, Host, Pool, Source
 from inventory.signals import inventory_changed
 
 
@@ -79,6 +80,13 @@ def host_drain(*, host: Host) -> Host:
 
 def host_uncordon(*, host: Host) -> Host:
     return _host_set_admin_state(host=host, admin_state=AdminState.NONE)
+
+
+def hosts_probe_soon(*, source: Source) -> int:
+    """End the backoff of the source's hosts: the next round probes them all (its entry changed, so
+    an address or key that was wrong may be right now). Their failure counts stay: a host that
+    still fails goes on where it was. Returns how many were backing off."""
+    return Host.objects.filter(source=source, next_probe_at__isnull=False).update(next_probe_at=None)
 
 
 def gpus_move(*, gpus: Iterable[Gpu], pool: Pool) -> int:

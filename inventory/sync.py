@@ -8,6 +8,7 @@ allocation app decides (the lease becomes `lost`).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 
 from agents.base import GPU_ERRORS_LABEL, HEALTH_UNHEALTHY, HOST_OFFLINE, Discovery, GpuFact, HostFact
+from agents.host_backoff import HostBackoff
 from core.db import SOURCE_LOCKS, advisory_xact_lock, db_now
 from core.db.bulk import bulk_update_fast
 from inventory.choices import Health, HostState
@@ -24,7 +26,7 @@ from inventory.services import gpu_refresh_states
 from inventory.signals import gpus_vanished, inventory_changed
 
 HOST_FIELDS = ("address", "reported_state", "driver_version", "cuda_version", "labels", "taints",
-               "foreign_gpus", "error", "offline_since", "state")
+               "foreign_gpus", "error", "offline_since", "state", "probe_failures", "next_probe_at")
 
 
 @dataclass
@@ -32,6 +34,7 @@ class SyncReport:
     source: str
     hosts_seen: int = 0
     hosts_failed: int = 0
+    hosts_skipped: int = 0  # backing off: not probed this round
     gpus_seen: int = 0
     created: int = 0
     updated: int = 0
@@ -39,11 +42,15 @@ class SyncReport:
     errors: list[str] = field(default_factory=list)
 
 
-def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = None) -> SyncReport:
+def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = None,
+                backoff: HostBackoff | None = None) -> SyncReport:
     """Apply one discovery of `source`. A whole-source failure (`discovery.error`) only records
     the error: hosts then age into `offline` through `hosts_mark_stale`, not at the first blip.
     `now` defaults to the database's clock (core.db.db_now): `last_seen` and `offline_since`
-    are compared later by other processes, whose own clocks may be minutes off this one's."""
+    are compared later by other processes, whose own clocks may be minutes off this one's.
+    A host that failed gets one more `probe_failures` and, with a `backoff`, its `next_probe_at`;
+    one that answered has both reset. Hosts absent from the discovery (left out while backing off)
+    keep their rows as they are."""
     now = now or db_now()
     report = SyncReport(source=source.name)
     if discovery.error:
@@ -55,7 +62,7 @@ def sync_source(source: Source, discovery: Discovery, *, now: datetime | None = 
         # Two syncs of one source at once (a beat run and `manage.py discover`, two beats) take
         # turns: the second reads what the first wrote instead of inserting the same rows.
         advisory_xact_lock(SOURCE_LOCKS, source.pk)
-        hosts = _sync_hosts(source, discovery.hosts, now, report)
+        hosts = _sync_hosts(source, discovery.hosts, now, report, backoff)
         vanished = _sync_gpus(source, discovery.hosts, hosts, now, report)
         gpu_refresh_states(Gpu.objects.filter(host__source=source))
         Source.objects.filter(pk=source.pk).update(last_error="", last_discovery_at=now,
@@ -78,7 +85,7 @@ def _telemetry_state(discovery: Discovery, now: datetime) -> dict[str, Any]:
 
 
 def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,
-                report: SyncReport) -> dict[str, Host]:
+                report: SyncReport, backoff: HostBackoff | None) -> dict[str, Host]:
     existing = {h.name: h for h in Host.objects.filter(source=source)}
     new, changed = [], []
     for fact in facts:
@@ -88,6 +95,7 @@ def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,
             "address": fact.address, "reported_state": reported,
             "labels": dict(fact.labels), "taints": list(fact.taints),
             "foreign_gpus": fact.foreign_gpus, "error": fact.error,
+            **_probe_outcome(fact, host, backoff, now),
         }
         if not fact.error:
             values |= {"driver_version": fact.driver_version, "cuda_version": fact.cuda_version,
@@ -118,6 +126,18 @@ def _sync_hosts(source: Source, facts: tuple[HostFact, ...], now: datetime,
     answered = [existing[f.name].pk for f in facts if not f.error]
     Host.objects.filter(pk__in=answered).update(last_seen=now)
     return existing
+
+
+def _probe_outcome(fact: HostFact, host: Host | None, backoff: HostBackoff | None,
+                   now: datetime) -> dict[str, Any]:
+    """The backoff columns after this probe of the host (`host`: its row, None for a new one)."""
+    if not fact.error:
+        return {"probe_failures": 0, "next_probe_at": None}
+    failures = (host.probe_failures if host is not None else 0) + 1
+    if backoff is None:
+        return {"probe_failures": failures, "next_probe_at": None}
+    delay = backoff.delay_s(failures, random.random())  # spreads probes out; not a secret
+    return {"probe_failures": failures, "next_probe_at": now + timedelta(seconds=delay)}
 
 
 def _derive(host: Host, now: datetime) -> None:

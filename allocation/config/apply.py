@@ -28,6 +28,7 @@ from allocation.policy.idle import IdleReclaim
 from allocation.services.budgets import budgets_refresh
 from inventory.models import Pool, Source
 from inventory.secrets import source_secrets_open, source_secrets_seal, source_secrets_split
+from inventory.services import hosts_probe_soon
 
 SCHEDULER_KEYS = tuple(SchedulerSpec.__dataclass_fields__)
 
@@ -230,6 +231,7 @@ def _apply_sources(cfg: Config, pools: dict[str, Pool], changes: list[str]) -> N
             dirty = True
         if dirty:
             src.save()
+            hosts_probe_soon(source=src)  # a fixed address or key should not wait out a backoff
 
 
 def _prune(cfg: Config) -> list[str]:

@@ -61,7 +61,8 @@ class HostSerializer(serializers.ModelSerializer[Any]):
         model = Host
         fields = ["id", "name", "address", "source", "kind", "state", "reported_state",
                   "admin_state", "driver_version", "cuda_version", "gpu_count", "foreign_gpus",
-                  "labels", "taints", "error", "telemetry_error", "last_seen"]
+                  "labels", "taints", "error", "telemetry_error", "last_seen", "probe_failures",
+                  "next_probe_at"]
         extra_kwargs = {
             "id": {"help_text": "Numeric id (used in cordon/drain/uncordon URLs)."},
             "name": {"help_text": "Host or node name."},
@@ -75,6 +76,11 @@ class HostSerializer(serializers.ModelSerializer[Any]):
             "taints": {"help_text": "Node taints (Kubernetes)."},
             "error": {"help_text": "Last discovery error for this host, empty when fine."},
             "last_seen": {"help_text": "When discovery last heard from it."},
+            "probe_failures": {"help_text": "Discovery probes it failed in a row (0 once it answers); `error` "
+                                            "holds the last one's reason."},
+            "next_probe_at": {"help_text": "When discovery probes it again after failing (a backoff from 30 s "
+                                           "doubling to 15 min by default, set per source with `backoff`); null: "
+                                           "every round. SSH hosts only: a Kubernetes cluster is read in one call."},
         }
 
 

@@ -101,6 +101,15 @@ def test_closed_port_is_offline_with_connection_refused(ssh_server: SshServer, s
     assert host.error == f"cannot connect to 127.0.0.1:{port}: connection refused"
 
 
+def test_hosts_backing_off_are_left_out_unprobed(ssh_server: SshServer, ssh_config: Config, silent_port: int) -> None:
+    config = ssh_config([ssh_server.host("gpu-a"), ssh_server.host("hung", port=silent_port)], connect_timeout=3)
+    started = time.monotonic()
+    discovery = SshConnector("lab", config).discover_except(frozenset({"hung"}))
+    assert time.monotonic() - started < 2  # the hung host's 3 s handshake timeout was not waited for
+    assert [(h.name, h.state) for h in discovery.hosts] == [("gpu-a", HOST_READY)]
+    assert [h.name for h in SshConnector("lab", config).discover_except(frozenset({"gpu-a", "hung"})).hosts] == []
+
+
 @pytest.fixture
 def silent_port() -> Iterator[int]:
     """A port that accepts TCP but never speaks SSH (a hung host)."""

@@ -151,8 +151,9 @@ def test_a_lost_workload_keeps_its_gpus_until_the_stop_succeeds_when_the_host_is
         assert _held(lease_id) == gpus and ledger_check().ok
     assert asked == []  # the host was not back: the planned retries are the tasks' own
 
-    # The host answers again: the next discovery sees it, the sweep asks for a stop at once.
-    source_discover(source=Source.objects.get(name="lab"))
+    # The host answers again: the next discovery sees it, the sweep asks for a stop at once. (It
+    # probes the host now, as an admin's discover does: after two failures it is backing off.)
+    source_discover(source=Source.objects.get(name="lab"), skip=())
     assert Host.objects.get(name="gpu-a").state == "ready"
     assert _held(lease_id) == gpus  # back, but the old process still runs: not free
     assert Gpu.objects.get(uuid=gpus[0]).state == "leased"
@@ -187,7 +188,7 @@ def test_a_requeued_lease_leaves_its_old_workload_and_gpu_to_a_stranded_copy_unt
         assert lease_unbind(stranded.pk) == "retrying"
         assert lab.get(f"/api/v1/leases/{stranded.pk}/").json()["stopping"]["attempts"] == 1
         assert ledger_check().ok
-    source_discover(source=Source.objects.get(name="lab"))
+    source_discover(source=Source.objects.get(name="lab"), skip=())  # probed now, backing off or not
     run_pass()  # the lease is placed again, never on the GPU its old process may still use
     assert Lease.objects.get(pk=lease_id).state == "granted" and _held(lease_id) != old_gpu
     assert lease_bind(lease_id) == "bound"

@@ -74,6 +74,13 @@ def test_lease_reason_queue_position_and_estimated_start_are_documented(schema: 
         assert len(lease[name]["description"]) > 20, name
 
 
+def test_hosts_carry_their_discovery_backoff(schema: dict[str, Any]) -> None:
+    host = schema["components"]["schemas"]["Host"]["properties"]
+    assert host["probe_failures"]["type"] == "integer"
+    assert (host["next_probe_at"]["format"], host["next_probe_at"].get("nullable")) == ("date-time", True)
+    assert "backoff" in host["next_probe_at"]["description"]
+
+
 def test_error_answers_are_documented_with_the_error_body(schema: dict[str, Any]) -> None:
     create = schema["paths"]["/api/v1/leases/"]["post"]["responses"]
     for code in ("400", "401", "409", "413", "415", "429"):

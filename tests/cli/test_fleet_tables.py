@@ -30,6 +30,25 @@ def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -
 
 
 @pytest.mark.django_db(transaction=True)
+def test_hosts_shows_a_host_backing_off_with_its_failures_and_next_probe(server) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import Host
+
+    Host.objects.filter(name="demo-node-1").update(probe_failures=4, error="cannot connect: connection refused",
+                                                   next_probe_at=timezone.now() + timedelta(minutes=7, seconds=30))
+    code, out, _ = server.run("hosts")
+    header, *rows = out.strip().splitlines()
+    assert code == 0 and header.split()[-4:] == ["FAILS", "NEXT", "PROBE", "ERROR"]
+    (backing_off,) = [r for r in rows if "demo-node-1 " in r]
+    assert backing_off.split()[-6:-4] == ["4", "7m"]
+    assert backing_off.endswith("cannot connect: connection refused")
+    assert all(r.split()[-3:] == ["-", "-", "-"] for r in rows if r is not backing_off)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_hosts_lists_each_host_with_source_kind_and_state(server) -> None:
     code, out, _ = server.run("hosts")
     rows = out.strip().splitlines()

@@ -1,6 +1,6 @@
 """A lived-in fleet for dashboard tests: the demo configuration, leases in every state, an SSH
-lab with a MIG GPU, an unhealthy and a foreign GPU, an offline host with an error, and two hours
-of telemetry."""
+lab with a MIG GPU, an unhealthy and a foreign GPU, an offline host with an error (backing off),
+and two hours of telemetry."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def _lab(inference: Pool) -> None:
                              cuda_version="12.2", last_seen=now, foreign_gpus=1)
     down = Host.objects.create(source=lab, name="lab-a100-1", address="10.0.0.6", reported_state=HostState.OFFLINE,
                                state=HostState.OFFLINE, error="ssh: connection timed out after 10 s",
-                               last_seen=now - timedelta(minutes=7), offline_since=now - timedelta(minutes=4))
+                               last_seen=now - timedelta(minutes=7), offline_since=now - timedelta(minutes=4),
+                               probe_failures=3, next_probe_at=now + timedelta(minutes=2))  # backing off
     model = "NVIDIA A100-SXM4-40GB"
     mig = Gpu.objects.create(uuid="GPU-lab-0", host=ok, pool=inference, index=0, model=model, memory_mb=40960,
                              utilization_pct=35, temperature_c=48, memory_used_mb=9000)

@@ -88,11 +88,15 @@ def sshd_or_skip(folder: Path) -> Iterator[SshServer]:
 
 class SshServer:
     """sshd on a free loopback port: `host_key` is the line to pin, `client_key` the PEM text
-    of a key it accepts for `user`. Use as a context manager, or call start() and stop()."""
+    of a key it accepts for `user`. Use as a context manager, or call start() and stop(). A
+    start() after a stop() is the same server back: same port, same keys (a host rebooted)."""
 
-    def __init__(self, directory: Path, *, login_rc: bool = False) -> None:
+    def __init__(self, directory: Path, *, login_rc: bool = False, env: dict[str, str] | None = None) -> None:
         self.dir = Path(directory)
         self.login_rc = login_rc
+        # Set in every session (sshd's SetEnv): FAKE_HOST_FLEET gives this server's host a fleet
+        # of its own when several servers share one FakeHost command.
+        self.env = {**({} if login_rc else {"SHLVL": "1"}), **(env or {})}
         self.port = 0
         self.user = getpass.getuser()
         self.host_key = ""
@@ -111,14 +115,9 @@ class SshServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):  # privilege separation dir; sshd insists on it as root
             os.makedirs("/run/sshd", exist_ok=True)
-        host_private, self.host_key = new_ed25519()
-        self.client_key, client_public = new_ed25519()
-        (self.dir / "host_ed25519").write_text(host_private)
-        (self.dir / "host_ed25519").chmod(0o600)
-        self.client_key_file.write_text(self.client_key)
-        self.client_key_file.chmod(0o600)
-        (self.dir / "authorized_keys").write_text(client_public + "\n")
-        self.port = free_port()
+        if not self.port:  # the first start; a later one brings the same server back
+            self._new_keys()
+            self.port = free_port()
         config = self.dir / "sshd_config"
         config.write_text(
             f"Port {self.port}\nListenAddress 127.0.0.1\n"
@@ -131,8 +130,9 @@ class SshServer:
             "MaxStartups 1000\nMaxSessions 100\nLogLevel ERROR\nPrintMotd no\n"
             # bash sources ~/.bashrc for commands run by sshd unless SHLVL says it is nested;
             # this machine's root .bashrc runs `pyenv init` (~0.2 s a session), which is noise
-            # in tests and benchmarks, not something a GPU host necessarily has.
-            + ("" if self.login_rc else "SetEnv SHLVL=1\n")
+            # in tests and benchmarks, not something a GPU host necessarily has. One SetEnv line:
+            # sshd takes the first of several.
+            + ("SetEnv " + " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items()) + "\n" if self.env else "")
         )
         with open(self.dir / "sshd.log", "wb") as log:  # the child keeps its own copy of the fd
             self._process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
@@ -147,6 +147,15 @@ class SshServer:
                 time.sleep(0.05)
         self.stop()
         raise RuntimeError("sshd did not start listening within 10 s")
+
+    def _new_keys(self) -> None:
+        host_private, self.host_key = new_ed25519()
+        self.client_key, client_public = new_ed25519()
+        (self.dir / "host_ed25519").write_text(host_private)
+        (self.dir / "host_ed25519").chmod(0o600)
+        self.client_key_file.write_text(self.client_key)
+        self.client_key_file.chmod(0o600)
+        (self.dir / "authorized_keys").write_text(client_public + "\n")
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -165,7 +174,8 @@ class SshServer:
 
 
 class FakeHost:
-    """A directory whose `nvidia-smi` prints the fleet chosen last with `use()`."""
+    """A directory whose `nvidia-smi` prints the fleet chosen last with `use()`, or the fleet
+    directory named by FAKE_HOST_FLEET where a host's sshd sets it (`SshServer(env=...)`)."""
 
     def __init__(self, directory: Path, fleets: Path) -> None:
         self.dir = Path(directory)
@@ -175,7 +185,8 @@ class FakeHost:
         wrapper = self.dir / "nvidia-smi"
         wrapper.write_text(
             "#!/bin/sh\n"
-            f"read -r FAKE_NVIDIA_SMI_FLEET < {shlex.quote(str(self.dir / 'fleet'))}\n"
+            f'[ -n "$FAKE_HOST_FLEET" ] || read -r FAKE_HOST_FLEET < {shlex.quote(str(self.dir / "fleet"))}\n'
+            'FAKE_NVIDIA_SMI_FLEET="$FAKE_HOST_FLEET"\n'
             "export FAKE_NVIDIA_SMI_FLEET\n"
             f'exec /bin/sh {shlex.quote(str(FAKE_NVIDIA_SMI))} "$@"\n'
         )
