@@ -82,7 +82,7 @@ class LeaderScheduler(Scheduler):
         return min(super().tick(*args, **kwargs), CHECK_S)
 
     def reserve(self, entry: ScheduleEntry) -> Any:
-        """Move `entry` to its next run, claimed in the database first (see `claim`); the entry
+        """Move `entry` to its next run, claimed in the database first (`_claim`); the entry
         returned goes back on the heap, and `apply_entry` sends only what was claimed."""
         following = next(entry)
         if self._lock is None:
