@@ -2,9 +2,11 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 GPUPOOL_VAR_DIR=/var/lib/gpupool
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY core ./core
 COPY pool ./pool
 COPY inventory ./inventory
 COPY allocation ./allocation
+COPY history ./history
 COPY agents ./agents
 COPY frontend ./frontend
 COPY gpupool_cli ./gpupool_cli

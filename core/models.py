@@ -47,3 +47,25 @@ class ApiToken(models.Model):
         if self.revoked_at is not None:
             return "revoked"
         return "expired" if self.is_expired() else "active"
+
+
+class BeatEntry(models.Model):
+    """When a periodic entry of the beat registry (`pool.celery`) last ran, shared by every beat.
+
+    Only the beat that leads (core/beat.py) sends, and it claims each run before sending by moving
+    `last_run_at` with a conditional UPDATE (the value it read → the run's time), so a run is
+    claimed once even by two beats that both believe they lead; a beat that takes over resumes
+    from these times instead of its own, so no entry runs twice within its interval. Rows of
+    entries since removed from the registry are left alone (a few bytes; an older beat of a rolling
+    upgrade may still use them)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    last_run_at = models.DateTimeField(help_text="when the run was claimed (by the database's clock)")
+
+    class Meta:
+        db_table = "core_beat_entry"
+        verbose_name = "beat entry"
+        verbose_name_plural = "beat entries"
+
+    def __str__(self) -> str:
+        return f"{self.name} (last run {self.last_run_at:%Y-%m-%d %H:%M:%S})"

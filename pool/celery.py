@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.app.amqp import AMQP
 from celery.signals import worker_init
 from kombu import Connection
+
+from core import liveness
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
@@ -33,6 +35,14 @@ class BrokerConnection(Connection):
             kwargs.setdefault("interval_start", 1.0)
             kwargs.setdefault("interval_step", 1.0)
             kwargs.setdefault("interval_max", RECONNECT_MAX_S)
+            callback = kwargs.get("callback")
+
+            def waiting() -> None:  # kombu calls it every second between attempts
+                liveness.stamp()  # waiting for the broker is not being stuck: no restart for a Redis outage
+                if callback is not None:
+                    callback()
+
+            kwargs["callback"] = waiting
         return super().ensure_connection(*args, **kwargs)
 
 
@@ -40,7 +50,26 @@ class BrokerAMQP(AMQP):
     Connection = BrokerConnection
 
 
+class Heartbeat(bootsteps.StartStopStep):
+    """A worker's heartbeat (core.liveness): a timer on the worker's event loop touches the file,
+    so it goes stale when that loop is stuck, whatever the pool's children are running."""
+
+    requires = ("celery.worker.components:Timer",)
+    #: Seconds between two touches; the probe's --max-age is many of these.
+    every_s = 1.0
+
+    def start(self, worker: Any) -> None:
+        liveness.stamp()
+        self.tref = worker.timer.call_repeatedly(self.every_s, liveness.stamp)
+
+    def stop(self, worker: Any) -> None:
+        tref = getattr(self, "tref", None)
+        if tref is not None:
+            tref.cancel()
+
+
 app = Celery("gpupool", amqp=BrokerAMQP)
+app.steps["worker"].add(Heartbeat)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["inventory", "allocation", "history"])
 

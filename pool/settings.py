@@ -173,6 +173,10 @@ CELERY_TASK_DEFAULT_QUEUE = "gpupool"
 SCHEDULE_QUEUE = "gpupool.schedule"
 CELERY_TASK_ROUTES = {"allocation.schedule_pass": {"queue": SCHEDULE_QUEUE},
                       "allocation.relay_lease_events": {"queue": SCHEDULE_QUEUE}}
+# Several beats may run (replicas, or `worker -B`): only the one holding a PostgreSQL advisory lock
+# sends, and each run is claimed in the database first (core/beat.py). Its state is in the
+# database, so the schedule file below is no longer written; it stays for an explicit -S.
+CELERY_BEAT_SCHEDULER = "core.beat:LeaderScheduler"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Reconnect to a broker that is down for as long as it takes (every 2 s at most, pool.celery):
@@ -198,6 +202,7 @@ class GpupoolSettings(TypedDict):
     HISTORY_HOUR_DAYS: int
     POLICY: str
     PREPARED_STATEMENTS: bool
+    BEAT_LEASE_S: int
 
 
 GPUPOOL: GpupoolSettings = {
@@ -226,6 +231,9 @@ GPUPOOL: GpupoolSettings = {
     # Hot lease statements as server-side prepared statements (core/db/statements.py); set 0 behind a
     # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.
     "PREPARED_STATEMENTS": env_bool("GPUPOOL_DB_PREPARE", True),
+    # A beat leader silent this long (frozen, cut off, its node lost) loses the lead: PostgreSQL ends
+    # its session and a standby takes over (core/beat_lock.py). A leader that dies or stops frees it at once.
+    "BEAT_LEASE_S": env_int("GPUPOOL_BEAT_LEASE_S", 10),
 }
 
 # --- API ----------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ CHART = REPO / "deploy" / "helm" / "gpupool"
 RELEASE = "gp"
 NAMESPACE = "gpupool"
 #: The value sets every manifest is validated for (chart-testing's convention: ci/*-values.yaml).
-VALUE_SETS = ("minimal", "production")
+VALUE_SETS = ("minimal", "production", "ha")
 #: The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema known.
 KUBE_VERSIONS = ("1.25.0", "1.37.0")
 SECRET_SETTINGS = ("SECRET_KEY", "GPUPOOL_FERNET_KEY", "DATABASE_URL", "REDIS_URL")

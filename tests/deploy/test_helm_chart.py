@@ -57,7 +57,7 @@ def test_every_manifest_is_valid_against_the_kubernetes_schema(value_set: str, k
 
 
 def test_both_value_sets_render_the_processes_and_the_production_set_its_extras() -> None:
-    minimal, production = (rendered(v) for v in VALUE_SETS)
+    minimal, production = rendered("minimal"), rendered("production")
     assert set(workloads(minimal)) == set(workloads(production)) == {"web", "worker", "scheduler", "beat", "migrate"}
     assert not of_kind(minimal, "NetworkPolicy") and not of_kind(minimal, "PodDisruptionBudget")
     assert {m["kind"] for m in production} >= {"NetworkPolicy", "PodDisruptionBudget", "HorizontalPodAutoscaler",
@@ -82,15 +82,6 @@ def test_the_processes_run_the_commands_of_docker_compose() -> None:
     assert commands["beat"][:4] == compose["beat"]["command"][:4] == ["celery", "-A", "pool", "beat"]
     assert commands["web"][:4] == compose["web"]["command"][:4]
     assert commands["web"][commands["web"].index("--bind") + 1] == "0.0.0.0:8000"
-
-
-def test_one_beat_that_is_replaced_not_doubled_on_upgrade() -> None:
-    for value_set in VALUE_SETS:
-        beats = [w for name, w in workloads(rendered(value_set)).items() if name == "beat"]
-        assert len(beats) == 1
-        assert beats[0]["spec"]["replicas"] == 1 and beats[0]["spec"]["strategy"] == {"type": "Recreate"}
-    # No value makes two: beat has no replica setting.
-    assert workloads(render({**values("minimal"), "beat": {"replicas": 3}}))["beat"]["spec"]["replicas"] == 1
 
 
 def test_migrations_run_in_a_pre_install_and_pre_upgrade_hook_after_the_settings_exist() -> None:

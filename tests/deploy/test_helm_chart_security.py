@@ -161,11 +161,11 @@ def test_network_policy_lets_in_only_the_web_port_and_out_only_what_each_process
         assert egress_ports(component) == {53, 5432, 6379}, component
 
 
-def test_disruption_budgets_cover_web_and_workers_without_blocking_a_drain() -> None:
+def test_disruption_budgets_cover_web_workers_and_beat_without_blocking_a_drain() -> None:
     manifests = rendered("production")
     budgets = {b["metadata"]["labels"]["app.kubernetes.io/component"]: b["spec"]
                for b in of_kind(manifests, "PodDisruptionBudget")}
-    assert set(budgets) == {"web", "worker", "scheduler"}
+    assert set(budgets) == {"web", "worker", "scheduler", "beat"}
     for name, spec in budgets.items():
         assert spec["maxUnavailable"] == 1
         assert spec["selector"]["matchLabels"] == workloads(manifests)[name]["spec"]["selector"]["matchLabels"]

@@ -1,5 +1,6 @@
 """Fault scenario (b): `kill -9` under load, of a worker in the middle of scheduling passes, of the
-web server, and of beat (and two beats at once, then none).
+web server, and of beat (none at all; then two at once: one leads, and the standby takes over
+when the leader is killed).
 
 A kill takes the process group (Celery's and gunicorn's pool workers too), as the OOM killer or a
 lost node would. A worker is killed while it holds a pool's scheduling lock (seen in pg_locks,
@@ -122,18 +123,27 @@ def test_kill9_of_beat_and_two_beats_and_none(stack: Stack, tmp_path: Path) -> N
     assert wait_until(lambda: _beat_sent(beat) > 0, timeout=30), beat.tail()
     figures["beat_first_pass_after_restart_s"] = round(time.monotonic() - began, 2)
     figures["probe_grant_with_no_beat_s"] = round(none_probe, 2)
-    # Two beats at once for a while: every periodic task twice, harmless.
-    second = Proc("beat-2", [*beat.argv[:-1], str(tmp_path / "beat-2-schedule")], stack.env("beat-2"),
-                  tmp_path / "beat-2.log", beat.ready)
+    # Two beats at once: the second stands by (core/beat.py) and sends nothing while the first
+    # leads; kill -9 the leader and the second sends the next periodic pass.
+    second = Proc("beat-2", beat.argv, stack.env("beat-2"), tmp_path / "beat-2.log", beat.ready)
     second.start()
-    time.sleep(12)
-    figures["second_beat_passes_sent"] = _beat_sent(second)
+    assert wait_until(lambda: "beat: standing by" in second.log_since_start(), timeout=30), second.tail()
+    leader_sent = _beat_sent(beat)
+    assert wait_until(lambda: _beat_sent(beat) >= leader_sent + 2, timeout=30), beat.tail()  # two passes, side by side
+    figures["standby_passes_sent_while_the_leader_runs"] = _beat_sent(second)
+    beat.kill9()
+    began = time.monotonic()
+    assert wait_until(lambda: _beat_sent(second) > 0, timeout=30), second.tail()
+    figures["standby_first_pass_after_leader_kill9_s"] = round(time.monotonic() - began, 2)
+    # Back as the stack had it: the restarted beat stands by, then leads once the second is killed.
+    beat.start()
     second.kill9()
+    assert wait_until(lambda: _beat_sent(beat) > 0, timeout=30), beat.tail()
     merged = load.finish()
     record_load(figures, merged)
-    figures["faults_injected"] = "kill -9 of beat, no beat, two beats for 12 s"
+    figures["faults_injected"] = "kill -9 of beat, no beat, a standby beat, kill -9 of the leading beat"
     failures = errors_outside(merged, [])
     figures["5xx_or_conn_errors"] = len(failures)
     settle_and_check(stack, figures, sampler)
-    assert figures["second_beat_passes_sent"] > 0
+    assert figures["standby_passes_sent_while_the_leader_runs"] == 0
     assert not failures, failures[:10]

@@ -60,16 +60,76 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-web" (include "gpupool.fullname" .) }}
 {{- end }}
 
-{{/* The secret settings, read by the application from files (core/env.py honours NAME_FILE). */}}
+{{/* Every setting that is a secret: none of them may be given through `env`. */}}
+{{- define "gpupool.allSecretKeys" -}}
+{{- list "SECRET_KEY" "GPUPOOL_FERNET_KEY" "DATABASE_URL" "REDIS_URL" "REDIS_PASSWORD" "REDIS_SENTINEL_PASSWORD" | toJson }}
+{{- end }}
+
+{{/*
+The secret settings this release's pods read, from files (core/env.py honours NAME_FILE): REDIS_URL
+for one Redis server; for a Sentinel group, the passwords it has (none, one or both), since the
+application refuses REDIS_URL beside REDIS_SENTINELS.
+*/}}
 {{- define "gpupool.secretKeys" -}}
-{{- list "SECRET_KEY" "GPUPOOL_FERNET_KEY" "DATABASE_URL" "REDIS_URL" | toJson }}
+{{- $keys := list "SECRET_KEY" "GPUPOOL_FERNET_KEY" "DATABASE_URL" }}
+{{- $sentinel := .Values.redis.sentinel }}
+{{- if not $sentinel.hosts }}
+{{- $keys = append $keys "REDIS_URL" }}
+{{- else if .Values.existingSecret }}
+{{- range $sentinel.existingSecretKeys }}
+{{- if not (has . (list "REDIS_PASSWORD" "REDIS_SENTINEL_PASSWORD")) }}
+{{- fail (printf "redis.sentinel.existingSecretKeys: %s is not REDIS_PASSWORD or REDIS_SENTINEL_PASSWORD" .) }}
+{{- end }}
+{{- end }}
+{{- $keys = concat $keys ($sentinel.existingSecretKeys | uniq) }}
+{{- else }}
+{{- if $sentinel.password }}{{ $keys = append $keys "REDIS_PASSWORD" }}{{ end }}
+{{- if $sentinel.sentinelPassword }}{{ $keys = append $keys "REDIS_SENTINEL_PASSWORD" }}{{ end }}
+{{- end }}
+{{- $keys | toJson }}
+{{- end }}
+
+{{/*
+The Celery processes' liveness (core/liveness.py): the container fields (probes) and the variable
+naming the heartbeat file, as a dict with "container" (YAML) and "env" (list). Empty when off.
+*/}}
+{{- define "gpupool.celeryLiveness" -}}
+{{- $live := .Values.celeryLiveness }}
+{{- if $live.enabled }}
+{{- $exec := dict "command" (list "python" "-m" "core.liveness" "--max-age" (toString $live.maxAgeSeconds)) }}
+{{- $probes := dict "livenessProbe" (merge (dict "exec" $exec) (deepCopy $live.livenessProbe))
+      "startupProbe" (merge (dict "exec" (deepCopy $exec)) (deepCopy $live.startupProbe)) }}
+{{- dict "container" (toYaml $probes) "env" (list (dict "name" "GPUPOOL_ALIVE_FILE" "value" "/tmp/gpupool-alive")) | toJson }}
+{{- else }}
+{{- dict | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+Spread a component's replicas over nodes and zones (values topologySpread), unless the component
+names its own constraints. Call with (dict "root" $ "component" "web" "cfg" its values).
+*/}}
+{{- define "gpupool.topologySpread" -}}
+{{- $spread := .root.Values.topologySpread }}
+{{- if .cfg.topologySpreadConstraints }}
+{{- toYaml .cfg.topologySpreadConstraints }}
+{{- else if $spread.enabled }}
+{{- range $spread.topologyKeys }}
+- maxSkew: {{ $spread.maxSkew }}
+  topologyKey: {{ . }}
+  whenUnsatisfiable: {{ $spread.whenUnsatisfiable }}
+  labelSelector:
+    matchLabels:
+      {{- include "gpupool.componentSelector" (dict "root" $.root "component" $.component) | nindent 6 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
 The pod template of one process. Call with a dict:
   root: $, component: "web", cfg: its values, command: list,
   token: mount the ServiceAccount token (workers only), container: extra container YAML (ports,
-  probes), volumes / volumeMounts: extra lists.
+  probes), env: extra variables, volumes / volumeMounts: extra lists.
 */}}
 {{- define "gpupool.podTemplate" -}}
 {{- $root := .root -}}
@@ -108,6 +168,9 @@ spec:
         {{- range include "gpupool.secretKeys" $root | fromJsonArray }}
         - name: {{ . }}_FILE
           value: /etc/gpupool/secrets/{{ . }}
+        {{- end }}
+        {{- with .env }}
+        {{- toYaml . | nindent 8 }}
         {{- end }}
       {{- with .container }}
       {{- . | nindent 6 }}
@@ -150,5 +213,11 @@ spec:
   {{- with .cfg.affinity }}
   affinity:
     {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if ne .component "migrate" }}
+  {{- with include "gpupool.topologySpread" (dict "root" $root "component" .component "cfg" .cfg) }}
+  topologySpreadConstraints:
+    {{- . | nindent 4 }}
+  {{- end }}
   {{- end }}
 {{- end }}
