@@ -38,7 +38,7 @@ pids+=($!)
 .venv/bin/celery -A pool worker --loglevel INFO --concurrency 1 -Q gpupool.schedule -n "scheduler@%h" \
   >"$VAR/log/scheduler.log" 2>&1 &
 pids+=($!)
-.venv/bin/celery -A pool beat --loglevel INFO --schedule "$VAR/celerybeat-schedule" \
+.venv/bin/celery -A pool beat --loglevel INFO \
   >"$VAR/log/beat.log" 2>&1 &
 pids+=($!)
 .venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "0.0.0.0:${PORT}" --workers 2 \
