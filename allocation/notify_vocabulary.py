@@ -73,40 +73,41 @@ def seconds_problem(value: Any, key: str) -> str | None:
     return None
 
 
-def target_problems(spec: Mapping[str, Any]) -> list[str]:
-    """Everything wrong with one target: `kind` with its address (`url` for a webhook, `to` for
-    e-mail), `events`, the signing secret (`secret` or `secret_env`, webhooks only) and the two
-    delays. Keys other than these are the caller's to check."""
-    problems: list[str] = []
+def target_problems(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Everything wrong with one target, as (the key at fault, why): `kind` with its address
+    (`url` for a webhook, `to` for e-mail), `events`, the signing secret (`secret` or
+    `secret_env`, webhooks only) and the two delays. Keys other than these are the caller's."""
     kind = spec.get("kind")
     if kind not in KINDS:
-        return [f"kind must be one of {', '.join(KINDS)}, got {kind!r}"]
+        return [("kind", f"kind must be one of {', '.join(KINDS)}, got {kind!r}")]
+    problems: list[tuple[str, str | None]] = []
     address, other = ("url", "to") if kind == WEBHOOK else ("to", "url")
     if spec.get(other) is not None:
-        problems.append(f"a {kind} target takes `{address}`, not `{other}`")
+        problems.append((other, f"a {kind} target takes `{address}`, not `{other}`"))
     if kind == WEBHOOK:
-        problems += [p for p in [url_problem(spec.get("url"))] if p]
+        problems.append(("url", url_problem(spec.get("url"))))
     else:
-        problems += [p for p in [recipients(spec.get("to"))[1]] if p]
-        if spec.get("secret") is not None or spec.get("secret_env") is not None:
-            problems.append("an email target is not signed: `secret` and `secret_env` are for webhooks")
-    problems += [p for p in [events_problem(spec.get("events"))] if p]
+        problems.append(("to", recipients(spec.get("to"))[1]))
+        for key in ("secret", "secret_env"):
+            if spec.get(key) is not None:
+                problems.append((key, "an email target is not signed: `secret` and `secret_env` are for webhooks"))
+    problems.append(("events", events_problem(spec.get("events"))))
     problems += _secret_problems(spec)
     for key in ("granted_after_s", "expiring_before_s"):
         if spec.get(key) is not None:
-            problems += [p for p in [seconds_problem(spec[key], key)] if p]
-    return problems
+            problems.append((key, seconds_problem(spec[key], key)))
+    return [(key, problem) for key, problem in problems if problem]
 
 
-def _secret_problems(spec: Mapping[str, Any]) -> list[str]:
+def _secret_problems(spec: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     secret, env = spec.get("secret"), spec.get("secret_env")
-    problems = []
+    problems: list[tuple[str, str | None]] = []
     if secret is not None and env is not None:
-        problems.append("give `secret` or `secret_env`, not both")
-    if secret is not None and (not isinstance(secret, str) or len(secret) < 16 or len(secret) > 256):
-        problems.append("secret must be a string of 16 to 256 characters")
+        problems.append(("secret_env", "give `secret` or `secret_env`, not both"))
+    if secret is not None and (not isinstance(secret, str) or not 16 <= len(secret) <= 256):
+        problems.append(("secret", "secret must be a string of 16 to 256 characters"))
     if env is not None and (not isinstance(env, str) or not _ENV_NAME.match(env)):
-        problems.append(f"secret_env must name an environment variable, got {env!r}")
+        problems.append(("secret_env", f"secret_env must name an environment variable, got {env!r}"))
     return problems
 
 

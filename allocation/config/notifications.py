@@ -30,9 +30,9 @@ def check_notification(chk: Checker, path: tuple[Any, ...], item: dict[str, Any]
     problems = target_problems(item)
     teams = item.get("teams", [])
     if (problem := teams_problem(teams)) is not None:
-        problems.append(problem)
-    for problem in problems:
-        chk.error(path, f"{label}: {problem}")
+        problems.append(("teams", problem))
+    for key, problem in problems:
+        chk.error((*path, key) if key in item else path, f"{label}: {problem}")
     if not name or problems:
         return
     chk.unique(path, seen, name, "notification")

@@ -133,7 +133,7 @@ def test_a_receiver_failing_twice_gets_the_event_once_delivered_with_backoff(fle
     assert len({r.body for r in receiver.received}) == 1 and all(r.signed_with(SECRET) for r in receiver.received)
     first, second, third = (r.at for r in receiver.received)
     # Full jitter on the upper half: the first wait is 0.2–0.4 s, the second 0.4–0.8 s.
-    assert 0.18 <= second - first and 0.38 <= third - second
+    assert second - first >= 0.18 and third - second >= 0.38
     [row] = NotificationDelivery.objects.all()
     assert (row.state, row.attempts, row.last_status, row.last_error) == ("delivered", 3, 200, "")
 

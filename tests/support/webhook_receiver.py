@@ -45,7 +45,7 @@ class WebhookReceiver(LoopbackServer):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._lock:
                     receiver.received.append(Received(dict(self.headers.items()), body, time.time()))
