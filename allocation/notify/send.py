@@ -17,6 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from prometheus_client import Counter
@@ -143,3 +144,10 @@ def deliveries_prune(*, older_than: timedelta = RETENTION, limit: int = 10_000) 
            .order_by("created_at").values_list("pk", flat=True)[:limit])
     deleted, _ = NotificationDelivery.objects.filter(pk__in=list(old)).delete()
     return deleted
+
+
+def deliveries_retry(*, ids: list[Any]) -> int:
+    """Make failed (or pending) deliveries due now with a fresh count of attempts (an admin's
+    action, once the receiver is mended); returns how many. Delivered ones are left alone."""
+    return NotificationDelivery.objects.filter(pk__in=ids).exclude(state=DELIVERED).update(
+        state=PENDING, attempts=0, next_attempt_at=db_now(), last_error="")
