@@ -49,10 +49,10 @@ def relay_lease_events() -> None:
         prune()
 
 
-# Acknowledged on receipt: beat runs one every second, so a lost run is replaced at once, never
-# redelivered an hour later. Sends are bounded (webhook 3 + 5 s, SMTP 10 s; ~20 s a run).
-@gpupool_task(name="allocation.deliver_notifications", max_retries=0, acks_late=False, soft_time_limit=60,
-              time_limit=90)
+# Beat runs one every second, so a run lost with its worker is replaced at once (the late ack's
+# redelivery, an hour later, is one more harmless run). Sends are bounded (webhook 3 + 5 s, SMTP
+# 10 s; about 20 s a run).
+@gpupool_task(name="allocation.deliver_notifications", max_retries=0, soft_time_limit=60, time_limit=90)
 def deliver_notifications() -> None:
     """Derive notifications from committed facts and send the due ones (allocation.notify)."""
     clear_delivery_flag()
