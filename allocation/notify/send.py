@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection
 from prometheus_client import Counter
 
-from allocation.models import Notification, NotificationDelivery
+from allocation.models import Notification, NotificationDelivery, NotificationEvent
 from allocation.notify.transports import TRANSPORTS, TransportError
 from core.db import db_now
 from core.tasks import TASK_METRICS, backoff_s
@@ -139,11 +139,16 @@ def deliveries_send_due(*, budget_s: float = 20.0) -> dict[str, int]:
 
 
 def deliveries_prune(*, older_than: timedelta = RETENTION, limit: int = 10_000) -> int:
-    """Delete up to `limit` delivered or failed rows older than `older_than`; returns how many."""
-    old = (NotificationDelivery.objects.exclude(state=PENDING).filter(created_at__lt=db_now() - older_than)
+    """Delete up to `limit` delivered or failed rows older than `older_than`, and as many facts
+    (budget and idle warnings) dispatched as long ago; returns how many rows went."""
+    cutoff = db_now() - older_than
+    old = (NotificationDelivery.objects.exclude(state=PENDING).filter(created_at__lt=cutoff)
            .order_by("created_at").values_list("pk", flat=True)[:limit])
     deleted, _ = NotificationDelivery.objects.filter(pk__in=list(old)).delete()
-    return deleted
+    facts = (NotificationEvent.objects.filter(dispatched_at__lt=cutoff).order_by("id")
+             .values_list("pk", flat=True)[:limit])
+    gone, _ = NotificationEvent.objects.filter(pk__in=list(facts)).delete()
+    return deleted + gone
 
 
 def deliveries_retry(*, ids: list[Any]) -> int:

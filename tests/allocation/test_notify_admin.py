@@ -47,3 +47,21 @@ def test_failed_deliveries_are_listed_and_made_due_again(root: Any) -> None:
               {"action": "retry_deliveries", "_selected_action": [failed.pk]})
     failed.refresh_from_db()
     assert (failed.state, failed.attempts, failed.last_error) == ("pending", 0, "")
+
+
+def test_old_delivered_rows_and_dispatched_facts_are_pruned_pending_ones_kept() -> None:
+    from datetime import timedelta
+
+    from allocation.models import NotificationEvent
+    from allocation.notify.send import deliveries_prune
+
+    long_ago = timezone.now() - timedelta(days=40)
+    common = {"target": "ops", "kind": "webhook", "event": "lease.lost", "occurred_at": long_ago,
+              "created_at": long_ago}
+    NotificationDelivery.objects.create(event_key="a", state="delivered", **common)
+    kept = NotificationDelivery.objects.create(event_key="b", state="pending", **common)
+    NotificationEvent.objects.create(event="budget.warning", key="k1", dispatched_at=long_ago)
+    NotificationEvent.objects.create(event="budget.warning", key="k2")  # not dispatched yet
+    assert deliveries_prune() == 2
+    assert list(NotificationDelivery.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert list(NotificationEvent.objects.values_list("key", flat=True)) == ["k2"]
