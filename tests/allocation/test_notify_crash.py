@@ -45,7 +45,7 @@ def test_a_sender_killed_mid_delivery_redelivers_once_with_the_same_delivery_id(
         assert (delivery.state, delivery.attempts) == ("pending", 1)  # claimed, never recorded
 
         assert send.deliveries_send() == {}  # its claim (3 s) still stands: nobody sends it yet
-        deadline, outcome = time.monotonic() + 15, {}
+        deadline, outcome = time.monotonic() + 15, dict[str, int]()
         while not outcome and time.monotonic() < deadline:
             time.sleep(0.1)
             outcome = send.deliveries_send()

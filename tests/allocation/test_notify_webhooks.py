@@ -70,8 +70,9 @@ def test_each_preemption_reaches_the_receiver_once_signed_and_with_its_grace(fle
     by_lease = {r.json["lease"]["id"]: r.json for r in got}
     running, idle = by_lease[str(victims[0].pk)], by_lease[str(victims[1].pk)]
     ended = Lease.objects.get(pk=victims[0].pk).ended_at
-    assert running["grace_s"] == 30 and running["grace_deadline"] == (ended + timedelta(seconds=30)).isoformat(
-        ).replace("+00:00", "Z")
+    assert ended is not None
+    deadline = (ended + timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+    assert running["grace_s"] == 30 and running["grace_deadline"] == deadline
     assert "workload is stopped at" in running["message"] and "(30 s grace)" in running["message"]
     assert idle["grace_s"] == 0 and "its GPUs were taken at once" in idle["message"]
     assert len({r.json["event_id"] for r in got}) == 2
