@@ -18,6 +18,8 @@ from allocation.models import (
     Lease,
     LeaseGpu,
     LeaseUsage,
+    Notification,
+    NotificationDelivery,
     Price,
     PriorityClass,
     Quota,
@@ -25,6 +27,8 @@ from allocation.models import (
     Team,
     UsageLedger,
 )
+from allocation.notify.send import deliveries_retry
+from allocation.notify.subscriptions import notifications_enable
 from allocation.services.admin import host_admin_action
 from allocation.services.leases import lease_release
 from inventory import admin as inventory_admin
@@ -212,3 +216,42 @@ class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[LeaseUsage]):
     list_select_related = ["lease", "team", "pool"]
     search_fields = ["lease__id", "team__name", "model"]
     date_hierarchy = "started_at"
+
+
+@admin.action(description="Enable selected notifications again (audited)")
+def enable_notifications(modeladmin: admin.ModelAdmin[Any], request: HttpRequest,
+                         queryset: QuerySet[Notification]) -> None:
+    changed = notifications_enable(ids=list(queryset.values_list("pk", flat=True)), actor=request.user.get_username())
+    modeladmin.message_user(request, f"enabled {changed} notification(s)", messages.SUCCESS)
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyAccess, admin.ModelAdmin[Notification]):
+    """Configured targets come from `apply`, users' from the API: looked at here, and enabled
+    again once a receiver that answered 410 is back."""
+
+    list_display = ["name", "user", "kind", "url", "events", "teams", "enabled", "disabled_reason"]
+    list_filter = ["kind", "enabled"]
+    search_fields = ["name", "user__username", "url"]
+    list_select_related = ["user"]
+    exclude = ["secret"]
+    actions = [enable_notifications]
+
+
+@admin.action(description="Send selected deliveries again now")
+def retry_deliveries(modeladmin: admin.ModelAdmin[Any], request: HttpRequest,
+                     queryset: QuerySet[NotificationDelivery]) -> None:
+    changed = deliveries_retry(ids=list(queryset.values_list("pk", flat=True)))
+    modeladmin.message_user(request, f"{changed} deliveries due again", messages.SUCCESS)
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(ReadOnlyAccess, admin.ModelAdmin[NotificationDelivery]):
+    """The delivery log: every event sent to every target, its attempts and outcome."""
+
+    list_display = ["created_at", "event", "target", "state", "attempts", "last_status", "last_error", "lease_id",
+                    "team"]
+    list_filter = ["state", "event", "kind"]
+    search_fields = ["target", "event_key", "lease_id", "team", "last_error"]
+    date_hierarchy = "created_at"
+    actions = [retry_deliveries]

@@ -7,3 +7,7 @@ class AllocationConfig(AppConfig):
 
     def ready(self) -> None:
         from allocation import receivers  # noqa: F401  (connects signal receivers)
+        from allocation.models import Notification
+        from inventory.secrets import sealed_field
+
+        sealed_field(Notification, "secret")  # webhook signing keys rotate with the SSH keys

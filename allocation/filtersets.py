@@ -6,7 +6,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from allocation.choices import LeaseState, ReservationState
-from allocation.models import AuditEvent, Lease, Quota, Reservation
+from allocation.models import AuditEvent, Lease, NotificationDelivery, Quota, Reservation
 from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
 
 
@@ -83,3 +83,18 @@ class ReservationFilterSet(StrictFilterSet):
         if value == ReservationState.ENDED:
             return queryset.filter(Q(state=ReservationState.ENDED) | (active & Q(end__lte=now)))
         return queryset.filter(state=value)
+
+
+class NotificationDeliveryFilterSet(StrictFilterSet):
+    event = django_filters.CharFilter(field_name="event", help_text="Event, exact (lease.preempted).")
+    state = django_filters.ChoiceFilter(choices=NotificationDelivery.STATES, help_text="pending, delivered, failed.")
+    target = django_filters.CharFilter(field_name="target", help_text="Target name (user/name for a subscription).")
+    kind = django_filters.CharFilter(field_name="kind", help_text="webhook or email.")
+    lease = django_filters.UUIDFilter(field_name="lease_id", help_text="Deliveries about this lease.")
+    team = django_filters.CharFilter(field_name="team", help_text="Team name, exact.")
+    since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte", help_text="Made at or after (ISO 8601).")
+    until = IsoDateTimeFilter(field_name="created_at", lookup_expr="lt", help_text="Made before (ISO 8601).")
+
+    class Meta:
+        model = NotificationDelivery
+        fields = ["event", "state", "target", "kind", "lease", "team", "since", "until"]

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from allocation.events import PUBLISHED, STREAM, STREAM_MAXLEN, LeaseChange, redis_client
 from allocation.models import LeaseOutbox
+from allocation.notify.trigger import delivery_after_commit
 from core.db import EVENT_LOCKS
 from core.db.bulk import bulk_insert_columns, bulk_update_columns
 from core.db.statements import Statement, insert_sql
@@ -108,6 +109,7 @@ def publish_after_commit() -> None:
     pending = getattr(connection, "run_on_commit", [])
     if not any(entry[1] is _publish_now for entry in pending):
         transaction.on_commit(_publish_now)
+        delivery_after_commit()  # notifications read the same rows (allocation.notify)
 
 
 def _publish_now() -> None:

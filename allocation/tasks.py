@@ -8,6 +8,8 @@ import time
 
 from allocation.audit import audit
 from allocation.engine import run_pass
+from allocation.notify.run import notifications_run
+from allocation.notify.trigger import clear_delivery_flag
 from allocation.outbox import prune, relay
 from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
@@ -45,6 +47,18 @@ def relay_lease_events() -> None:
     if time.monotonic() >= _next_prune:
         _next_prune = time.monotonic() + PRUNE_EVERY_S
         prune()
+
+
+# Beat runs one every second, so a run lost with its worker is replaced at once (the late ack's
+# redelivery, an hour later, is one more harmless run). Sends are bounded (webhook 3 + 5 s, SMTP
+# 10 s; about 20 s a run).
+@gpupool_task(name="allocation.deliver_notifications", max_retries=0, soft_time_limit=60, time_limit=90)
+def deliver_notifications() -> None:
+    """Derive notifications from committed facts and send the due ones (allocation.notify)."""
+    clear_delivery_flag()
+    counts = notifications_run()
+    if any(counts.values()):
+        logger.info("notifications: %s", ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v))
 
 
 @gpupool_task(name="allocation.reap_leases")

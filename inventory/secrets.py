@@ -64,30 +64,45 @@ def decrypt(token: str) -> str:
         raise ValueError("stored secret cannot be decrypted: was GPUPOOL_FERNET_KEY changed?") from None
 
 
+# Other apps' Fernet-encrypted columns, rotated with the sources' secrets: (model, field, the field
+# that names a row in an error). An app registers its own in AppConfig.ready (`sealed_field`), so
+# that this module needs to import nothing of it.
+SEALED_FIELDS: list[tuple[Any, str, str]] = []
+
+
+def sealed_field(model: Any, field: str, label: str = "name") -> None:
+    """Have `secrets_rotate` re-encrypt `model.field` too (once per model and field)."""
+    if (model, field, label) not in SEALED_FIELDS:
+        SEALED_FIELDS.append((model, field, label))
+
+
 def secrets_rotate(*, with_secret_key: bool = False) -> int:
-    """Re-encrypt every stored source secret with the first key of GPUPOOL_FERNET_KEY, in one
-    transaction; returns how many rows changed. Idempotent: a secret the first key already opens
-    is left as it is (0 on a second run). `with_secret_key` also tries the SECRET_KEY-derived
-    key (an embedded install moving to GPUPOOL_FERNET_KEY). Raises ValueError naming the first
-    source no key opens; nothing is changed then."""
+    """Re-encrypt every stored secret (the sources', and every `SEALED_FIELDS` column) with the
+    first key of GPUPOOL_FERNET_KEY, in one transaction; returns how many rows changed.
+    Idempotent: a secret the first key already opens is left as it is (0 on a second run).
+    `with_secret_key` also tries the SECRET_KEY-derived key (an embedded install moving to
+    GPUPOOL_FERNET_KEY). Raises ValueError naming the first row no key opens; nothing is changed
+    then."""
     keys = _keys(with_secret_key=with_secret_key)
     primary, every = keys[0], MultiFernet(keys)
     changed = 0
     with transaction.atomic():
-        for source in Source.objects.select_for_update().exclude(secret="").order_by("pk"):
-            token = source.secret.encode()
-            try:
-                primary.decrypt(token)
-                continue
-            except InvalidToken:
-                pass
-            try:
-                source.secret = every.rotate(token).decode()
-            except InvalidToken:
-                raise ValueError(f"the secret of source {source.name!r} opens with none of the keys; "
-                                 "nothing was changed") from None
-            source.save(update_fields=["secret"])
-            changed += 1
+        for model, field, label in [(Source, "secret", "name"), *SEALED_FIELDS]:
+            for row in model.objects.select_for_update().exclude(**{field: ""}).order_by("pk"):
+                token = getattr(row, field).encode()
+                try:
+                    primary.decrypt(token)
+                    continue
+                except InvalidToken:
+                    pass
+                try:
+                    setattr(row, field, every.rotate(token).decode())
+                except InvalidToken:
+                    what = model._meta.verbose_name
+                    raise ValueError(f"the {field} of {what} {getattr(row, label)!r} opens with none of the keys; "
+                                     "nothing was changed") from None
+                row.save(update_fields=[field])
+                changed += 1
     return changed
 
 

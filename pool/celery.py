@@ -89,6 +89,11 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # bind, and a relay with nothing to do is one indexed read.
         "relay-lease-events": {"task": "allocation.relay_lease_events", "schedule": 1.0,
                                "options": {"expires": 1.0}},
+        # Notifications (allocation.notify): derives deliveries from committed lease events and
+        # warnings, sends the due ones with backoff. Commits that may notify ask for a run at once;
+        # this catches up on lost triggers and retries.
+        "deliver-notifications": {"task": "allocation.deliver_notifications", "schedule": 1.0,
+                                  "options": {"expires": 1.0}},
         # Ends granted leases whose TTL ran out, and lost leases on long-offline hosts.
         "reap-leases": {"task": "allocation.reap_leases", "schedule": 5.0,
                         "options": {"expires": 5.0}},

@@ -22,6 +22,12 @@ from allocation.config.apply_budgets import (
     export_prices,
     prune_budgets_and_prices,
 )
+from allocation.config.apply_notifications import (
+    apply_notifications,
+    check_notification_teams,
+    export_notifications,
+    prune_notifications,
+)
 from allocation.config.idle import idle_reclaim_export
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
 from allocation.policy.idle import IdleReclaim
@@ -59,6 +65,7 @@ def _check_references(cfg: Config) -> None:
             errors.append(f"{b.label}: team {b.team!r} is not defined")
         if b.pool is not None and b.pool not in pools:
             errors.append(f"{b.label}: pool {b.pool!r} is not defined")
+    errors += check_notification_teams(cfg, teams)
     if errors:
         raise ConfigError(errors)
 
@@ -78,9 +85,11 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
         _apply_sources(cfg, pools, changes)
         budgets_changed = apply_budgets(cfg, teams, pools, changes)
         apply_prices(cfg, changes)
+        apply_notifications(cfg, changes)
         if prune:
             changes.extend(_prune(cfg))
             changes.extend(prune_budgets_and_prices(cfg))
+            changes.extend(prune_notifications(cfg))
         if budgets_changed:
             budgets_refresh(now=timezone.now())  # the new limits' standing, at once
         if changes:
@@ -270,6 +279,7 @@ def config_export() -> dict[str, Any]:
                        for s in Source.objects.select_related("pool")]
     data["budgets"] = export_budgets()
     data["prices"] = export_prices()
+    data["notifications"] = export_notifications()
     for weight_holder in data["teams"]:
         if float(weight_holder["weight"]).is_integer():
             weight_holder["weight"] = int(weight_holder["weight"])

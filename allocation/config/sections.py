@@ -11,6 +11,7 @@ from agents.base import AgentError
 from agents.registry import connector_class
 from allocation.config.budgets import check_budget, check_price
 from allocation.config.idle import check_idle_reclaim
+from allocation.config.notifications import check_notification
 from allocation.config.positions import Checker
 from allocation.config.specs import (
     POOL_SCHEDULER_KEYS,
@@ -186,4 +187,5 @@ SECTIONS: tuple[tuple[str, Check], ...] = (
     ("sources", _check_source),
     ("budgets", check_budget),
     ("prices", check_price),
+    ("notifications", check_notification),
 )

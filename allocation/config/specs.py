@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from allocation.notify_vocabulary import DEFAULT_EXPIRING_BEFORE_S, DEFAULT_GRANTED_AFTER_S
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.types import PriorityClassView, QuotaView
 
@@ -95,6 +96,24 @@ class PriceSpec:
     per_gpu_hour: float
 
 
+@dataclass(frozen=True)
+class NotificationSpec:
+    """`notifications[]`: a webhook (`url`) or e-mail (`to`) target of `events`, of every team's
+    or of `teams` only; `secret` (or the environment variable `secret_env` of the sending worker)
+    signs a webhook's body. `secret` None: the file does not give one (a stored one is kept)."""
+
+    name: str
+    kind: str
+    events: tuple[str, ...]
+    url: str = ""
+    to: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
+    secret: str | None = None
+    secret_env: str = ""
+    granted_after_s: float = DEFAULT_GRANTED_AFTER_S
+    expiring_before_s: float = DEFAULT_EXPIRING_BEFORE_S
+
+
 @dataclass
 class Config:
     pools: list[PoolSpec] = field(default_factory=list)
@@ -105,3 +124,4 @@ class Config:
     sources: list[SourceSpec] = field(default_factory=list)
     budgets: list[BudgetSpec] = field(default_factory=list)
     prices: list[PriceSpec] = field(default_factory=list)
+    notifications: list[NotificationSpec] = field(default_factory=list)

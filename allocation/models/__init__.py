@@ -369,7 +369,8 @@ class Reservation(models.Model):
         return self.state
 
 
-# Metering, budgets and prices, and the outbox of lease events (allocation.outbox writes and
-# relays it), live in their own modules; imported here so Django registers them.
+# Metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
+# it) and notifications (allocation.notify), live in their own modules; imported here so Django registers them.
+from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
 from allocation.models.usage import Budget, LeaseUsage, Price  # noqa: E402, F401

@@ -29,6 +29,9 @@ class LeaseOutbox(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     stream_id = models.CharField(max_length=40, null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
+    # When the notifications of this event were derived (allocation.notify.dispatch); null: not yet.
+    # Apart from `stream_id`: notifications need no Redis, and a relay waits on no notification.
+    notified_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -37,6 +40,8 @@ class LeaseOutbox(models.Model):
             # The prune: published rows by age.
             models.Index(fields=["published_at"], condition=Q(published_at__isnull=False),
                          name="lease_outbox_published_at"),
+            # The notification dispatcher's scan: what is still to notify, in id order.
+            models.Index(fields=["id"], condition=Q(notified_at__isnull=True), name="lease_outbox_unnotified"),
         ]
 
     def __str__(self) -> str:

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from allocation.audit import audit
 from allocation.economy.usage import usage_by_team_and_pool
 from allocation.models import Budget, PriorityClass, Team
+from allocation.notify.record import budget_warning_fact, facts_record
 from allocation.policy.budgets import Admission, BudgetStatus, BudgetView, admission, budget_status, threshold_due
 from allocation.policy.metering import period_start
 from core.db.statements import compiled_values
@@ -83,18 +85,24 @@ def _warn(budget: Budget, now: datetime) -> bool:
     due = threshold_due(status, warned)
     if due is None:
         return False
-    claimed = Budget.objects.filter(pk=budget.pk).filter(
-        Q(warned_for__isnull=True) | ~Q(warned_for=start) | Q(warned_pct__lt=due)).update(
-        warned_pct=due, warned_for=start)
-    if not claimed:
-        return False  # another refresh warned of it first
     spent = {"warn": "", "block_new": "; new leases are refused until it resets",
              "lower_priority": "; new leases get the lowest priority class until it resets"}
     tail = spent.get(budget.action, "") if due >= 100 else ""
-    audit(actor=ACTOR, action="budget.warning", obj=budget, message=f"{due}% of budget: {status.describe()}{tail}",
-          data={"team": view.team, "pool": view.pool, "period": view.period, "threshold_pct": due,
-                "used_gpu_hours": round(status.used_gpu_hours, 4), "gpu_hours": view.gpu_hours,
-                "action": view.action, "resets_at": status.resets_at.isoformat()}).save()
+    message = f"{due}% of budget: {status.describe()}{tail}"
+    data = {"team": view.team, "pool": view.pool, "period": view.period, "threshold_pct": due,
+            "used_gpu_hours": round(status.used_gpu_hours, 4), "gpu_hours": view.gpu_hours,
+            "action": view.action, "resets_at": status.resets_at.isoformat()}
+    # The claim, its audit event and its notification commit together: a warning is told once.
+    with transaction.atomic():
+        claimed = Budget.objects.filter(pk=budget.pk).filter(
+            Q(warned_for__isnull=True) | ~Q(warned_for=start) | Q(warned_pct__lt=due)).update(
+            warned_pct=due, warned_for=start)
+        if not claimed:
+            return False  # another refresh warned of it first
+        audit(actor=ACTOR, action="budget.warning", obj=budget, message=message, data=data).save()
+        facts_record([budget_warning_fact(budget_id=budget.pk, team_id=budget.team_id, pool_id=budget.pool_id,
+                                          period_start=start, threshold_pct=due, message=message, data=data,
+                                          now=now)])
     return True
 
 

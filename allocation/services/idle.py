@@ -35,6 +35,7 @@ from allocation.audit import AuditRow, audit_rows_insert
 from allocation.choices import HOLDING_STATES, LeaseState
 from allocation.lease_states import leases_end, stop_pending
 from allocation.models import Lease, LeaseGpu, PoolScheduling, PriorityClass
+from allocation.notify.record import facts_record, idle_warning_fact
 from allocation.policy.idle import (
     GpuTelemetry,
     IdleReclaim,
@@ -51,7 +52,8 @@ from core.db.bulk import bulk_update_columns
 from inventory.models import GpuSample
 
 ACTOR = "system:idle"
-_CANDIDATE_FIELDS = ("pk", "pool_id", "priority_class_id", "gpu_count", "granted_at", "warned_at", "idle_exempt")
+_CANDIDATE_FIELDS = ("pk", "pool_id", "team_id", "priority_class_id", "gpu_count", "granted_at", "warned_at",
+                     "idle_exempt")
 
 
 def max_gap_s() -> float:
@@ -154,13 +156,16 @@ def _warn(items: list[tuple[dict[str, Any], IdleReclaim, IdleState]], now: datet
              for row, rule, state in items]
     written = bulk_update_columns(Lease, [row["pk"] for row, _, _ in items], ["warning", "reason"], [texts, texts],
                                   same={"warned_at": now})
+    facts = []
     for (row, rule, state), text in zip(items, texts, strict=True):
         lease_id = str(row["pk"])
         if lease_id in written:
-            audit.append(AuditRow(now, ACTOR, "lease.idle_warning", "lease", lease_id, lease_id, text,
-                                  {"idle_since": _when(state.idle_since), "reclaim_at": _when(state.reclaim_at),
-                                   "below_util_pct": rule.below_util_pct, "for_s": rule.for_s,
-                                   "warn_s": rule.warn_s}))
+            data = {"idle_since": _when(state.idle_since), "reclaim_at": _when(state.reclaim_at),
+                    "below_util_pct": rule.below_util_pct, "for_s": rule.for_s, "warn_s": rule.warn_s}
+            audit.append(AuditRow(now, ACTOR, "lease.idle_warning", "lease", lease_id, lease_id, text, data))
+            facts.append(idle_warning_fact(lease_id=row["pk"], team_id=row["team_id"], pool_id=row["pool_id"],
+                                           message=text, data=data, now=now))
+    facts_record(facts)
     return len(written)
 
 

@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from allocation.api.audit import AuditEventViewSet
 from allocation.api.fleet import GpuViewSet, HostViewSet, PoolViewSet
 from allocation.api.leases import LeaseViewSet
+from allocation.api.notifications import DeliveryViewSet, SubscriptionViewSet
 from allocation.api.reservations import ReservationViewSet
 from allocation.api.teams import PriorityClassViewSet, QuotaViewSet, TeamViewSet
 from allocation.api.usage import UsageViewSet
@@ -30,6 +31,8 @@ router.register("priority-classes", PriorityClassViewSet, basename="priorityclas
 router.register("leases", LeaseViewSet, basename="lease")
 router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("audit-events", AuditEventViewSet, basename="auditevent")
+router.register("notifications/subscriptions", SubscriptionViewSet, basename="notificationsubscription")
+router.register("notifications/deliveries", DeliveryViewSet, basename="notificationdelivery")
 
 urlpatterns = [
     path("history/", include("history.api.urls")),

@@ -33,6 +33,9 @@ ENDPOINTS = {
     ("/api/v1/reservations/{id}/cancel/", "post"),
     ("/api/v1/history/pools/{name}/", "get"), ("/api/v1/history/teams/{name}/", "get"),
     ("/api/v1/history/gpus/{uuid}/", "get"), ("/api/v1/usage/", "get"),
+    ("/api/v1/notifications/subscriptions/", "get"), ("/api/v1/notifications/subscriptions/", "post"),
+    ("/api/v1/notifications/subscriptions/{id}/", "get"), ("/api/v1/notifications/subscriptions/{id}/", "delete"),
+    ("/api/v1/notifications/deliveries/", "get"), ("/api/v1/notifications/deliveries/{id}/", "get"),
 }
 
 

@@ -248,6 +248,49 @@ class TestReservationCancel(WithReservation):
     expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
 
 
+class WithSubscription(EndpointPermissions):
+    """A notification subscription of alice's, and one delivery of it."""
+
+    def keys(self, world: Any) -> dict[str, Any]:
+        from allocation.models import Notification, NotificationDelivery
+
+        mine = Notification.objects.create(name="mine", user=world.member, kind="webhook",
+                                           url="https://hooks.example.org/x", events=["lease.preempted"])
+        sent = NotificationDelivery.objects.create(notification=mine, target="alice/mine", kind="webhook",
+                                                   event="lease.preempted", event_key="lease-event-1",
+                                                   occurred_at=timezone.now())
+        return {"subscription": mine.pk, "delivery": sent.pk}
+
+
+class TestNotificationSubscriptionList(EndpointPermissions):
+    path = "/api/v1/notifications/subscriptions/"  # each user's own
+
+
+class TestNotificationSubscriptionCreate(EndpointPermissions):
+    method, path = "post", "/api/v1/notifications/subscriptions/"
+    body = {"kind": "webhook", "url": "https://hooks.example.org/x", "events": ["lease.preempted"]}
+    expect = {"anonymous": 401, "member": 201, "other": 201, "admin": 201}
+
+
+class TestNotificationSubscriptionDetail(WithSubscription):
+    path = "/api/v1/notifications/subscriptions/{subscription}/"
+    expect = {"anonymous": 401, "member": 200, "other": 404, "admin": 404}
+
+
+class TestNotificationSubscriptionDelete(WithSubscription):
+    method, path = "delete", "/api/v1/notifications/subscriptions/{subscription}/"
+    expect = {"anonymous": 401, "member": 204, "other": 404, "admin": 404}
+
+
+class TestNotificationDeliveryList(EndpointPermissions):
+    path = "/api/v1/notifications/deliveries/"  # admins: all; others: their subscriptions'
+
+
+class TestNotificationDeliveryDetail(WithSubscription):
+    path = "/api/v1/notifications/deliveries/{delivery}/"
+    expect = {"anonymous": 401, "member": 200, "other": 404, "admin": 200}
+
+
 class TestPoolHistory(EndpointPermissions):
     path = "/api/v1/history/pools/training/"
 
@@ -357,7 +400,8 @@ def test_every_operation_has_permission_rows(schema: dict[str, Any]) -> None:
 def test_every_api_route_has_permission_rows() -> None:
     """Route by route as Django resolves them (catches a view left out of the OpenAPI document)."""
     routed = {resolve(row.path.split("?")[0].format(lease="0", host="0", gpu="0", quota="0", event="0",
-                                                   reservation="0")).route for row in _rows()}
+                                                   reservation="0", subscription="0", delivery="0")).route
+              for row in _rows()}
     missing = sorted(r.template for r in api_routes() if r.route not in routed)
     assert not missing, f"no permission rows for the routes {missing}"
 

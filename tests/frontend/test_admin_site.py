@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db
 MODELS = ["inventory.Pool", "inventory.Source", "inventory.Host", "inventory.Gpu", "inventory.GpuSample",
           "allocation.Team", "allocation.Quota", "allocation.PriorityClass", "allocation.Lease",
           "allocation.LeaseGpu", "allocation.AuditEvent", "allocation.UsageLedger", "allocation.SchedulerSettings",
+          "allocation.Notification", "allocation.NotificationDelivery",
           "core.ApiToken", "history.PoolPoint", "history.TeamPoolPoint", "history.ModelPoint", "history.GpuPoint"]
 
 

@@ -80,3 +80,16 @@ def test_a_malformed_key_is_named_by_position_never_shown(settings: Any) -> None
     with pytest.raises(CommandError) as refused:
         _rotate()
     assert "key 2 of 2" in str(refused.value) and "not-a-key" not in str(refused.value)
+
+
+def test_webhook_signing_keys_rotate_with_the_ssh_keys(settings: Any) -> None:
+    from allocation.models import Notification
+
+    _use(settings, OLD)
+    hook = Notification.objects.create(name="ops", kind="webhook", url="https://h/x", events=["lease.lost"],
+                                       secret=encrypt("0123456789abcdef"))
+    _use(settings, f"{NEW},{OLD}")
+    assert _rotate().startswith("1 secret(s) re-encrypted")
+    _use(settings, NEW)
+    hook.refresh_from_db()
+    assert decrypt(hook.secret) == "0123456789abcdef"

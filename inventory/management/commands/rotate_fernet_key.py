@@ -9,9 +9,10 @@ from inventory.secrets import secrets_rotate
 
 
 class Command(BaseCommand):
-    help = ("Re-encrypt every stored secret (SSH private keys) with the first key of GPUPOOL_FERNET_KEY, "
-            "in one transaction; prints how many rows changed. Rotation: set GPUPOOL_FERNET_KEY=NEW,OLD, "
-            "run this, then set GPUPOOL_FERNET_KEY=NEW. Safe to run again (0 rows the second time).")
+    help = ("Re-encrypt every stored secret (SSH private keys, webhook signing keys) with the first key of "
+            "GPUPOOL_FERNET_KEY, in one transaction; prints how many rows changed. Rotation: set "
+            "GPUPOOL_FERNET_KEY=NEW,OLD, run this, then set GPUPOOL_FERNET_KEY=NEW. Safe to run again (0 rows the "
+            "second time).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--from-secret-key", action="store_true",
