@@ -277,6 +277,40 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- single sign-on: OpenID Connect (docs/sso.md) -------------------------------------------------
+# Off while GPUPOOL_OIDC_ISSUER is unset: the user name and password form is then the only login.
+# On: the login page offers "Sign in with SSO" (the password form stays, for local accounts), and
+# `POST /api/v1/auth/device/` starts the CLI's device login. Which claims name the user and which
+# groups give teams and the admin role is the `sso:` section of the YAML configuration.
+class OidcSettings(TypedDict):
+    ISSUER: str | None         # the issuer URL, or its discovery document's URL
+    CLIENT_ID: str | None
+    CLIENT_SECRET: str | None  # None: a public client (PKCE only)
+    SCOPES: str
+    REDIRECT_URI: str | None   # None: this server's /login/sso/callback/ as the request reaches it
+    LABEL: str                 # "Sign in with LABEL"
+    TIMEOUT_S: float           # each call to the identity provider
+    TOKEN_DAYS: int            # lifetime of the API token a device login issues
+    RATE: str                  # anonymous device-login calls per client address
+
+
+OIDC: OidcSettings = {
+    "ISSUER": env_str("GPUPOOL_OIDC_ISSUER"),
+    "CLIENT_ID": env_str("GPUPOOL_OIDC_CLIENT_ID"),
+    "CLIENT_SECRET": env_str("GPUPOOL_OIDC_CLIENT_SECRET"),
+    "SCOPES": env_str("GPUPOOL_OIDC_SCOPES", "openid profile email"),
+    "REDIRECT_URI": env_str("GPUPOOL_OIDC_REDIRECT_URI"),
+    "LABEL": env_str("GPUPOOL_OIDC_LABEL", "SSO"),
+    "TIMEOUT_S": env_int("GPUPOOL_OIDC_TIMEOUT_S", 10),
+    "TOKEN_DAYS": env_int("GPUPOOL_OIDC_TOKEN_DAYS", 7),
+    "RATE": env_str("GPUPOOL_OIDC_RATE", "120/min"),
+}
+if OIDC["ISSUER"] and not OIDC["CLIENT_ID"]:
+    raise ImproperlyConfigured("GPUPOOL_OIDC_ISSUER is set but GPUPOOL_OIDC_CLIENT_ID is not: single sign-on "
+                               "needs the client id this server is registered under at the identity provider")
+if OIDC["ISSUER"] and "openid" not in OIDC["SCOPES"].split():
+    raise ImproperlyConfigured(f"GPUPOOL_OIDC_SCOPES must include 'openid', got {OIDC['SCOPES']!r}")
+
 # --- static, auth, i18n -------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "static"
