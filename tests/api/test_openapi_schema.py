@@ -36,6 +36,7 @@ ENDPOINTS = {
     ("/api/v1/notifications/subscriptions/", "get"), ("/api/v1/notifications/subscriptions/", "post"),
     ("/api/v1/notifications/subscriptions/{id}/", "get"), ("/api/v1/notifications/subscriptions/{id}/", "delete"),
     ("/api/v1/notifications/deliveries/", "get"), ("/api/v1/notifications/deliveries/{id}/", "get"),
+    ("/api/v1/auth/device/", "post"), ("/api/v1/auth/device/token/", "post"),
 }
 
 

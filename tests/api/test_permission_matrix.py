@@ -312,6 +312,19 @@ class TestUsageOfOneTeam(EndpointPermissions):
     expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
 
 
+# The CLI's single sign-on: anonymous by design (the caller has no token yet), so every role gets
+# the same answer; here single sign-on is off (tests/frontend/test_sso_device_login.py has it on).
+SSO_OFF = {"anonymous": 404, "member": 404, "other": 404, "admin": 404}
+
+
+class TestSsoDeviceStart(EndpointPermissions):
+    method, path, body, expect = "post", "/api/v1/auth/device/", {}, SSO_OFF
+
+
+class TestSsoDeviceToken(EndpointPermissions):
+    method, path, body, expect = "post", "/api/v1/auth/device/token/", {"device_code": "x"}, SSO_OFF
+
+
 class TestLeaseEventStreamThroughDjango(EndpointPermissions):
     """The stream is the ASGI front's (pool.asgi, the rows below); Django, reached without it (a
     WSGI-only server), authenticates and then says it does not serve it."""
