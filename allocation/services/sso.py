@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from allocation.audit import audit
@@ -78,6 +78,16 @@ def sso_login(*, issuer: str, claims: Mapping[str, Any], via: str) -> SsoLogin:
     if not subject:
         raise ClaimRefused("the identity provider named no subject (sub)")
     groups = groups_in(claims, mapping.groups_claim)
+    try:
+        return _login(issuer, subject, claims, groups, mapping, via)
+    except IntegrityError:
+        # Two first logins of one person at once (the dashboard and the CLI): the other one made
+        # the identity or the user first; this one, tried again, finds them.
+        return _login(issuer, subject, claims, groups, mapping, via)
+
+
+def _login(issuer: str, subject: str, claims: Mapping[str, Any], groups: frozenset[str], mapping: SsoMapping,
+           via: str) -> SsoLogin:
     with transaction.atomic():
         identity = (OidcIdentity.objects.select_for_update().select_related("user")
                     .filter(issuer=issuer, subject=subject).first())

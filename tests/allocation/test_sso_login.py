@@ -148,3 +148,30 @@ def test_a_nested_groups_claim_is_followed(apply_yaml: Any) -> None:
     apply_yaml("sso: {groups_claim: realm_access.roles}\n", discover=False)
     given = {"sub": "s-1", "preferred_username": "alice", "realm_access": {"roles": ["ml-nlp"]}}
     assert teams_of(sso_login(issuer=ISSUER, claims=given, via="dashboard").user) == {"nlp"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_first_logins_of_one_person_at_once_end_in_one_account() -> None:
+    import threading
+
+    from django.db import connection
+
+    results: list[Any] = []
+    barrier = threading.Barrier(2)
+
+    def log_in(via: str) -> None:
+        try:
+            barrier.wait()
+            results.append(sso_login(issuer=ISSUER, claims=claims(), via=via).user.pk)
+        except Exception as exc:  # the test reports whatever a thread met
+            results.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=log_in, args=(via,)) for via in ("dashboard", "device")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 2 and results[0] == results[1], results
+    assert OidcIdentity.objects.count() == 1
