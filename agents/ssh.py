@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from agents import ssh_scripts, time_slicing
+from agents import ssh_logs, ssh_scripts, time_slicing
 from agents.base import (
     BIND_FAILED,
     BIND_GONE,
@@ -53,6 +53,7 @@ from agents.base import (
     Connector,
     Discovery,
     HostFact,
+    LogStream,
 )
 from agents.host_backoff import HostBackoff, backoff_config_errors
 from agents.nvidia_smi.report import read_host_report
@@ -365,6 +366,13 @@ class SshConnector(Connector):
             return BindingStatus(state=BIND_GONE, handle=handle,
                                  reason=f"process {pid} vanished ({where})")  # fmt: skip
         raise AgentError(f"could not read the lease's status on {host.where}: {result.stderr}")
+
+    def logs(self, handle: Mapping[str, Any], *, tail: int | None, follow: bool) -> LogStream:
+        """The lease's `output.log` (agents.ssh_logs): its last `tail` lines, then, with `follow`,
+        what the process writes until it has exited, over one SSH session kept for the stream."""
+        host, directory, pid, start_time = self._read_handle(handle)
+        return ssh_logs.open_log(self._session(host), directory, pid, start_time, tail=tail, follow=follow,
+                                 timeout=self.request_timeout_s)
 
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
         """TERM every process of the lease's session, KILL what is left after `grace_s`.
