@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -16,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 
+from allocation.api import logs as log_api
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
@@ -146,6 +148,14 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         deployment has no event stream and says so (404: not on this server)."""
         return Response({"code": "not_available", "message": "the lease event stream is served by the "
                          "ASGI application (pool.asgi:application); this server runs without it"}, status=404)
+
+    @log_api.DOCUMENTED
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None,
+            content_negotiation_class=log_api.AnyAccept)
+    def logs(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        """The workload's output (allocation/api/logs.py). The ASGI front answers it before Django
+        is reached; this serves a WSGI-only server, from a request thread."""
+        return log_api.log_response(request.user, pk, request.query_params)
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)

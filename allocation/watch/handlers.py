@@ -92,7 +92,7 @@ async def handle(handler: Callable[..., Awaitable[None]], scope: dict[str, Any],
             await send_json(send, 500, {"code": "server_error", "message": "internal error; it has been logged"})
 
 
-async def _user(scope: dict[str, Any]) -> access.Viewer:
+async def authenticate(scope: dict[str, Any]) -> access.Viewer:
     viewer: access.Viewer | None = await in_db(access.viewer_from_headers, _headers(scope))
     if viewer is None:
         raise HttpError(401, "not_authenticated", "Authentication credentials were not provided or are invalid.",
@@ -104,7 +104,7 @@ async def _user(scope: dict[str, Any]) -> access.Viewer:
 async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lease_id: str) -> None:
     params = query(scope)
     wait_s = _seconds(params, "wait", 0.0, MAX_WAIT_S)
-    viewer = await _user(scope)
+    viewer = await authenticate(scope)
     if not access.is_uuid(lease_id):
         raise HttpError(404, "not_found", "No Lease matches the given query.")
     deadline = time.monotonic() + wait_s
@@ -136,7 +136,7 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
 # --- the event stream -----------------------------------------------------------------------------
 async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     params = query(scope)
-    viewer = await _user(scope)
+    viewer = await authenticate(scope)
     duration = _seconds(params, "timeout", DEFAULT_STREAM_S, 24 * 3600.0)
     since = _headers(scope).get("last-event-id") or params.get("since", "")
     if since:

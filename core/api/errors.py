@@ -94,7 +94,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's EXCEPTION_HANDLER. Returns None only for errors it does not know (they become a
     logged 500 with the JSON body of `server_error`)."""
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status, headers=headers)
     exc = _as_drf_error(exc)
     if isinstance(exc, exceptions.ValidationError):
         return Response(error_body("invalid", _first_message(exc.detail), exc.detail),
