@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from allocation.choices import END_STATES
-from allocation.models import Lease, LeaseGpu
+from allocation.models import Lease, LeaseGpu, workload_exit_code
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
@@ -80,6 +80,7 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "preempted_by": str(preempted_by) if preempted_by is not None else None,
         "warning": row["warning"], "idle_exempt": row["idle_exempt"],
         "stopping": stopping_view(state, row["ending_since"], row["binding_status"], lambda t: drf_datetime(t, tz)),
+        "exit_code": workload_exit_code(row["binding_status"]),
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -199,6 +200,11 @@ class Lease(models.Model):
         return "handle" in status or "bind" in status or self.state == LeaseState.BOUND
 
     @property
+    def exit_code(self) -> int | None:
+        """The workload's exit code once it ended on its own (`workload_exit_code`)."""
+        return workload_exit_code(self.binding_status)
+
+    @property
     def is_renewable(self) -> bool:
         """Whether its TTL may be renewed: while it waits or holds GPUs."""
         return self.is_holding or self.state == LeaseState.PENDING
@@ -222,6 +228,14 @@ class Lease(models.Model):
 # `binding_status` is never NULL (default {}), so `exclude(WORKLOAD_MAY_RUN)` is its negation.
 WORKLOAD_MAY_RUN = (Q(binding_status__has_key="handle") | Q(binding_status__has_key="bind")
                     | Q(state=LeaseState.BOUND))
+
+
+def workload_exit_code(binding_status: Any) -> int | None:
+    """The exit code a workload ended with on its own, as its connector observed it (a process's
+    exit status, 128+N when a signal N killed it; a pod's failed container's code, 0 when it
+    succeeded); None while it runs, when the lease had none, or when gpupool stopped it."""
+    code = (binding_status or {}).get("exit_code") if isinstance(binding_status, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def expired_at(now: datetime) -> Q:
