@@ -333,6 +333,14 @@ class TestLeaseEventStreamThroughDjango(EndpointPermissions):
     expect = {"anonymous": 401, "member": 404, "other": 404, "admin": 404}
 
 
+class TestLeaseLogsThroughDjango(EndpointPermissions):
+    """The ASGI front streams it (the row below); a WSGI-only server streams it from Django. The
+    world's lease has no workload: a 409 `no_workload` for those who may see it."""
+
+    path = "/api/v1/leases/{lease}/logs/"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
 # --- the ASGI front: what pool.asgi answers itself, over the production web server -----------------
 @pytest.fixture(scope="module")
 def asgi_server(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
@@ -380,6 +388,11 @@ class TestLeaseEventStreamOnAsgi(AsgiEndpointPermissions):
 class TestLeaseEventStreamOfOneTeamOnAsgi(AsgiEndpointPermissions):
     path = "/api/v1/leases/events/?team=vision&timeout=0.2"
     expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
+
+
+class TestLeaseLogsOnAsgi(AsgiEndpointPermissions):
+    path = "/api/v1/leases/{lease}/logs/?tail=5"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
 
 
 # --- the list of rows is the server's list of operations ----------------------------------------
