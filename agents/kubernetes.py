@@ -268,9 +268,8 @@ class KubernetesConnector(Connector):
 
     def logs(self, handle: Mapping[str, Any], *, tail: int | None, follow: bool) -> LogStream:
         """The pod's log through the API server (agents.k8s_logs), its first container's."""
-        namespace, name = _handle_parts(handle)
-        stream = PodLog(self.api, namespace, name, tail=tail, follow=follow, read_timeout=self.request_timeout_s,
-                        pending_wait_s=self.pending_deadline_s)
+        stream = PodLog(self.api, *_handle_parts(handle), tail=tail, follow=follow,
+                        read_timeout=self.request_timeout_s, pending_wait_s=self.pending_deadline_s)
         stream.open()
         return stream
 
