@@ -2,7 +2,7 @@
 
 The pod is read first: one that no longer exists is a permanent error before anything is sent.
 The log is its first container's (the user's main container: gpupool adds none). While the pod
-is Pending there is no log yet: a follow waits for it to start (looking once a second, at most
+is Pending there is no log yet: a follow waits for it to start (looking twice a second, at most
 the source's `pending_deadline_s`), a plain read answers nothing. The body is read as it comes
 (`read1`: one chunk of the chunked answer at a time), so a followed line is passed on when the
 API server sends it; the server ends a follow when the container ends.
@@ -19,7 +19,7 @@ from typing import Any
 from agents.base import AgentError, LogStream
 from agents.k8s_api import KubeApi, Refused
 
-PENDING_LOOK_S = 1.0
+PENDING_LOOK_S = 0.5
 #: A follow's reads wait this long for the next bytes: a workload may be quiet for hours, and the
 #: client takes no "no limit". Only a connection that died silently waits it out: closing the
 #: stream ends a waiting read at once (`interrupt`).

@@ -14,6 +14,7 @@ its exit code. No image is pulled: the command must exist here (`sh -c '...'`).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -32,8 +33,6 @@ class PodLogRoutes:
     _log_changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     if TYPE_CHECKING:  # provided by KubeApiServer
-        _lock: threading.RLock
-
         def pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
         def set_pod_phase(self, namespace: str, name: str, phase: str, *, exit_code: int | None = None,
                           reason: str = "", message: str = "") -> None: ...  # fmt: skip
@@ -58,7 +57,7 @@ class PodLogRoutes:
 
         def pump() -> None:
             assert process.stdout is not None
-            while data := process.stdout.read1(65536):
+            while data := os.read(process.stdout.fileno(), 65536):  # as soon as some bytes are there
                 self.append_pod_log(namespace, name, data)
             code = process.wait()
             if self.pod(namespace, name) is not None:
