@@ -32,5 +32,6 @@ def test_env_example_names_every_production_setting() -> None:
 
 def test_the_dockerfile_copies_every_package_the_project_installs() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
-    for package in ("pool", "inventory", "allocation", "agents", "frontend", "gpupool_cli"):
+    for package in ("pool", "inventory", "allocation", "agents", "frontend", "cli"):
         assert f"COPY {package} ./{package}" in dockerfile
+    assert "pip install --no-cache-dir ./cli ." in dockerfile  # the client's distribution first
