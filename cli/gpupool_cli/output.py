@@ -1,17 +1,32 @@
-"""Rendering: aligned tables, key/value blocks, JSON, durations and ages. Pure functions."""
+"""Rendering: tables and key/value blocks as Rich renderables (colour by state), JSON and YAML for
+scripts, durations and ages. Nothing here writes: `Ctx` (context.py) prints."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+import yaml
+from rich.table import Table
+from rich.text import Text
 
 from gpupool_cli.errors import UsageError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+
+# Colour by state (lease, GPU, host, reservation): the eye finds what waits and what failed.
+STATE_STYLES = {
+    "pending": "yellow", "granted": "green", "bound": "bold green", "released": "dim", "expired": "dim",
+    "preempted": "red", "failed": "bold red", "lost": "magenta",
+    "free": "green", "leased": "cyan", "cordoned": "yellow", "draining": "yellow", "offline": "red",
+    "unhealthy": "bold red", "foreign": "dim", "ready": "green",
+    "active": "green", "cancelled": "dim", "ended": "dim",
+}
 
 
 def parse_duration(text: str) -> int:
@@ -44,6 +59,12 @@ def format_duration(seconds: float | None) -> str:
     return f"{sign}{s // 86400}d{(s % 86400) // 3600:02d}h"
 
 
+def format_clock(seconds: float) -> str:
+    """Elapsed time that ticks visibly: 0:07, 12:03, 1:02:03."""
+    s = int(max(0.0, seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
@@ -51,7 +72,7 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 def age(value: str | None, *, now: datetime | None = None) -> str:
-    """'5m ago' style; '-' for none."""
+    """'5m' since then; '-' for none."""
     moment = parse_time(value)
     if moment is None:
         return "-"
@@ -59,7 +80,7 @@ def age(value: str | None, *, now: datetime | None = None) -> str:
 
 
 def until(value: str | None, *, now: datetime | None = None) -> str:
-    """'in 55m' style remaining time; '-' for none."""
+    """'55m' left until then; '-' for none."""
     moment = parse_time(value)
     if moment is None:
         return "-"
@@ -73,38 +94,56 @@ def cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.0f}" if value == int(value) else f"{value:.1f}"
-    return str(value)
+    return str(value).replace("\n", " ")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, max_width: int = 60) -> str:
-    """Left-aligned columns separated by two spaces; numbers right-aligned; long cells cut."""
-    text = [[_cut(cell(v), max_width) for v in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in text:
-        for i, value in enumerate(row):
-            widths[i] = max(widths[i], len(value))
-    numeric = [all(_is_number(row[i]) for row in text) and any(row[i] != "-" for row in text)
-               for i in range(len(headers))]
-    lines = ["  ".join(h.ljust(w) if not numeric[i] else h.rjust(w)
-                       for i, (h, w) in enumerate(zip(headers, widths, strict=True))).rstrip()]
-    for row in text:
-        lines.append("  ".join(v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i])
-                               for i, v in enumerate(row)).rstrip())
-    return "\n".join(lines)
+def state_text(state: str | None) -> Text:
+    return Text(cell(state), style=STATE_STYLES.get(state or "", ""))
 
 
-def keyvalues(pairs: Sequence[tuple[str, Any]]) -> str:
+@dataclass(frozen=True)
+class Column:
+    header: str
+    numeric: bool = False  # right-aligned
+    max_width: int = 60  # longer cells are cut with "…"
+    state: bool = False  # coloured by STATE_STYLES
+
+
+def table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]], *, headers: bool = True) -> Table:
+    """Columns two spaces apart, numbers right-aligned, long cells cut, states coloured. A column
+    given as a plain header is numeric when every cell is a number (or "-")."""
+    cols = [c if isinstance(c, Column) else Column(c, numeric=_numeric(rows, i)) for i, c in enumerate(columns)]
+    out = Table(box=None, pad_edge=False, padding=(0, 1), show_header=headers, header_style="bold",
+                show_edge=False, highlight=False)
+    for col in cols:
+        out.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=True,
+                       overflow="ellipsis", max_width=col.max_width)
+    for row in rows:
+        out.add_row(*(state_text(v) if col.state else Text(cell(v)) for col, v in zip(cols, row, strict=True)))
+    return out
+
+
+def keyvalues(pairs: Sequence[tuple[str, Any]]) -> Text:
+    """`key:` padded to one width, then the value; a `state` value coloured."""
     width = max((len(k) for k, _ in pairs), default=0)
-    return "\n".join(f"{k + ':':<{width + 1}} {cell(v)}" for k, v in pairs)
+    out = Text()
+    for i, (key, value) in enumerate(pairs):
+        out.append(("\n" if i else "") + f"{key + ':':<{width + 1}} ")
+        out.append(state_text(value) if key == "state" else Text(cell(value)))
+    return out
 
 
 def to_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False, default=str)
 
 
-def _cut(value: str, width: int) -> str:
-    value = value.replace("\n", " ")
-    return value if len(value) <= width else value[: width - 1] + "…"
+def to_yaml(data: Any) -> str:
+    return yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False, allow_unicode=True).rstrip()
+
+
+def _numeric(rows: Sequence[Sequence[Any]], i: int) -> bool:
+    values = [cell(row[i]) for row in rows]
+    return all(_is_number(v) for v in values) and any(v != "-" for v in values)
 
 
 def _is_number(value: str) -> bool:
