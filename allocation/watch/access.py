@@ -116,9 +116,12 @@ def changes_json(viewer: Viewer, changes: list[LeaseChange]) -> list[str | None]
             for change, data in found]
 
 
-def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes]:
-    """(state, JSON body) of one lease the viewer may see, or (None, b"") when it may not."""
-    return _rendered(viewer, [lease_id]).get(str(uuid.UUID(lease_id)), (None, b""))
+def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes, str]:
+    """(state, JSON body, ETag) of one lease the viewer may see, or (None, b"", "") when it may not."""
+    from allocation.api.lease_json import lease_etag
+
+    state, body = _rendered(viewer, [lease_id]).get(str(uuid.UUID(lease_id)), (None, b""))
+    return state, body, lease_etag(body) if state is not None else ""
 
 
 def _rendered(viewer: Viewer, lease_ids: list[str]) -> dict[str, tuple[str, bytes]]:
