@@ -1,12 +1,14 @@
 """What every command gets: the API client, the output format, and two Rich consoles (stdout for
 results, stderr for progress and notes).
 
-Colour only on a terminal, and never with `NO_COLOR` set (Rich reads it; `TERM=dumb` too). On a
+Colour only on a terminal, and never with `NO_COLOR` set (then no escape sequence at all, bold
+neither; `TERM=dumb` too). On a
 pipe the output is plain text without trailing spaces, at any width (no wrapping or cutting at 80
 columns: scripts read whole rows)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +25,9 @@ FORMATS = ("table", "wide", "json", "yaml")
 
 def make_console(file: TextIO) -> Console:
     terminal = bool(getattr(file, "isatty", lambda: False)())
-    return Console(file=file, markup=False, emoji=False, highlight=False,
+    # NO_COLOR (no-color.org): no escape sequences at all; Rich alone would still send bold.
+    plain = bool(os.environ.get("NO_COLOR"))
+    return Console(file=file, markup=False, emoji=False, highlight=False, color_system=None if plain else "auto",
                    width=None if terminal else PIPE_WIDTH, soft_wrap=not terminal)
 
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 from click.shell_completion import get_completion_class
+from rich.text import Text
 
 from gpupool_cli import config
 from gpupool_cli.client import Client
@@ -65,7 +66,7 @@ def get_contexts() -> int:
     ctx = current()
     saved = config.read_contexts()
     named = sorted(saved.contexts.items())
-    rows = [["*" if name == saved.current else "", name, c.url, c.token[:8] + "…"] for name, c in named]
+    rows = [[Text("*" if name == saved.current else ""), name, c.url, c.token[:8] + "…"] for name, c in named]
     data = [{"name": name, "url": c.url, "current": name == saved.current} for name, c in named]
     if not rows and not ctx.machine:
         ctx.note("No contexts: gpupool login --url URL --with-token")

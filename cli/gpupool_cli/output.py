@@ -111,7 +111,8 @@ class Column:
 
 def table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]], *, headers: bool = True) -> Table:
     """Columns two spaces apart, numbers right-aligned, long cells cut, states coloured. A column
-    given as a plain header is numeric when every cell is a number (or "-")."""
+    given as a plain header is numeric when every cell is a number (or "-"). A cell is shown as
+    `cell` says ("-" for none), unless it is a Text already."""
     cols = [c if isinstance(c, Column) else Column(c, numeric=_numeric(rows, i)) for i, c in enumerate(columns)]
     out = Table(box=None, pad_edge=False, padding=(0, 1), show_header=headers, header_style="bold",
                 show_edge=False, highlight=False)
@@ -119,7 +120,8 @@ def table(columns: Sequence[Column | str], rows: Sequence[Sequence[Any]], *, hea
         out.add_column(col.header, justify="right" if col.numeric else "left", no_wrap=True,
                        overflow="ellipsis", max_width=col.max_width)
     for row in rows:
-        out.add_row(*(state_text(v) if col.state else Text(cell(v)) for col, v in zip(cols, row, strict=True)))
+        out.add_row(*(v if isinstance(v, Text) else state_text(v) if col.state else Text(cell(v))
+                      for col, v in zip(cols, row, strict=True)))
     return out
 
 
