@@ -5,22 +5,12 @@ wakes it at once, through the pass's `events.announce_explained`, well before it
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
-from tests.support.processes import web_server
-
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
-    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log",
-                                                 GPUPOOL_AUTOSCHEDULE="0") as url:
-        yield url + "/api/v1/"
 
 
 @pytest.fixture
