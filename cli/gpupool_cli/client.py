@@ -172,8 +172,11 @@ class Client:
             page = self.request("GET", nxt)
 
     def iterate(self, path: str, *, max_rows: int | None = None, **params: Any) -> Iterator[Any]:
-        for row, _ in self._rows(path, max_rows, **params):
+        """Every row of a paginated list, following `next`, at most `max_rows` (None: all)."""
+        for seen, (row, _) in enumerate(self._rows(path, max_rows, **params), start=1):
             yield row
+            if max_rows is not None and seen >= max_rows:
+                return
 
     def all(self, path: str, *, max_rows: int | None = None, **params: Any) -> list[Any]:
         return self.page(path, max_rows=max_rows, **params).rows
