@@ -10,6 +10,7 @@ lease and the five rows it refers to; this costs ~5 µs a lease from a values() 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import tzinfo
 from typing import Any
@@ -82,6 +83,13 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "stopping": stopping_view(state, row["ending_since"], row["binding_status"], lambda t: drf_datetime(t, tz)),
         "exit_code": workload_exit_code(row["binding_status"]),
     }
+
+
+def lease_etag(body: bytes) -> str:
+    """The ETag of a lease's JSON as the API renders it (core.api.renderers.JSONRenderer): it
+    changes with anything a client sees (state, reason, queue position, estimated start, binding
+    status, expiry…). The long poll's `seen` compares with it."""
+    return hashlib.sha256(body).hexdigest()[:24]
 
 
 def lease_rows(queryset: QuerySet[Lease]) -> QuerySet[Any]:

@@ -18,7 +18,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 
 from allocation.api import logs as log_api
-from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
+from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
     LeaseCreateSerializer,
@@ -31,6 +31,7 @@ from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
 from allocation.selectors import lease_list
 from allocation.services.leases import lease_create, lease_release, lease_renew
+from core.api.renderers import JSONRenderer
 from core.api.viewsets import ReadOnlyViewSet
 from core.errors import DomainError
 
@@ -51,11 +52,15 @@ class LeaseCreateThrottle(UserRateThrottle):
     retrieve=extend_schema(
         summary="Read a lease (or wait for it to change)",
         description="Another team's lease is a 404. With `wait`, a long poll: the answer comes as soon as "
-                    "the lease's state differs from `state` (default: its state when the call arrives), or "
-                    "after `wait` seconds (at most 60) with the lease unchanged. Served without holding a "
-                    "request thread by the ASGI front (pool.asgi).",
+                    "the lease's state differs from `state` (default: its state when the call arrives) or, "
+                    "with `seen`, as soon as anything in the lease differs from the answer that carried "
+                    "that ETag (reason, queue position, estimated start too), or after `wait` seconds (at "
+                    "most 60) with the lease unchanged. Every answer has an `ETag` header. Served without "
+                    "holding a request thread by the ASGI front (pool.asgi).",
         parameters=[OpenApiParameter("wait", float, description="Seconds to wait for a change (0-60)."),
-                    OpenApiParameter("state", str, description="The state you last saw; answer once it differs.")]),
+                    OpenApiParameter("state", str, description="The state you last saw; answer once it differs."),
+                    OpenApiParameter("seen", str, description="The ETag of the lease you last saw; answer once "
+                                                              "anything in it differs.")]),
 )
 class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     """Leases of the caller's teams (pool admins see all). Another team's lease is a 404.
@@ -80,10 +85,11 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         return self.get_paginated_response(render_rows(page if page is not None else list(rows)))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The lease, with its ETag (the long poll's `seen` takes it)."""
         found = lease_dicts([kwargs["pk"]], visible_to=request.user)
         if not found:
             raise NotFound()
-        return Response(found[0])
+        return Response(found[0], headers={"ETag": f'"{lease_etag(JSONRenderer().render(found[0]))}"'})
 
     @extend_schema(summary="Request GPUs", request=LeaseCreateSerializer,
                    responses={201: LeaseSerializer, 200: LeaseSerializer},

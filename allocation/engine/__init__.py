@@ -10,7 +10,8 @@ rows, their GPU links, the GPU rows, the preempted leases, every audit event of 
 INSERT, and the queue explanations that changed (`apply.write_explanations` bounds how many).
 A pass that changes nothing writes nothing. Every lease granted or preempted gets its event in the
 outbox in one INSERT of the pass's transaction; watchers hear of them once it commits
-(`outbox.announce`).
+(`outbox.announce`), and of the pending leases whose explanation changed too
+(`events.announce_explained`: a long poll on one of them answers at once).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from prometheus_client import Histogram
 from allocation.audit import audit_rows_insert
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
+from allocation.events import announce_explained
 from allocation.outbox import announce
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
@@ -115,7 +117,9 @@ def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) ->
             break
         read = after(read, step)
     if decisions is not None:
-        write_explanations(pool, read, decisions, now)
+        explained = write_explanations(pool, read, decisions, now)
+        if explained:
+            transaction.on_commit(lambda: announce_explained(explained))
         report.pending = len(decisions.pending)
     audit_rows_insert(audit)
     announce(changes)

@@ -1,8 +1,10 @@
 """The two waiting endpoints, as plain ASGI handlers on the event loop (see pool/asgi.py):
 
-- `GET /api/v1/leases/{id}/?wait=SECONDS[&state=S]`: a long poll. Answers with the lease as soon as
-  its state differs from `state` (default: its state when the call arrives), or when SECONDS
-  (at most 60) have passed.
+- `GET /api/v1/leases/{id}/?wait=SECONDS[&state=S][&seen=ETAG]`: a long poll. Answers with the lease
+  as soon as its state differs from `state` (default: its state when the call arrives), or, with
+  `seen` (the ETag of an earlier answer), as soon as anything in it differs (reason, queue
+  position, estimated start too), or when SECONDS (at most 60) have passed. Every answer carries
+  the lease's ETag.
 - `GET /api/v1/leases/events/?team=&pool=&since=ID[&timeout=S]`: Server-Sent Events, one per lease
   change (`id:` the event id, `event: lease`, `data:` the lease JSON), resumable from `since` or
   the `Last-Event-ID` header. It opens with a `bookmark` event carrying the current position, so a
@@ -108,13 +110,14 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
     if not access.is_uuid(lease_id):
         raise HttpError(404, "not_found", "No Lease matches the given query.")
     deadline = time.monotonic() + wait_s
-    sub = await feed().subscribe(lambda change: change.lease_id == lease_id) if wait_s > 0 else None
+    # A pass that only changes the lease's explanation pokes this subscriber too (feed.POKE).
+    sub = await feed().subscribe(lambda change: change.lease_id == lease_id, lease_id=lease_id) if wait_s > 0 else None
     try:
-        state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+        state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
         if state is None:
             raise HttpError(404, "not_found", "No Lease matches the given query.")
-        seen = params.get("state") or state
-        while state == seen and sub is not None:
+        seen_state, seen_etag = params.get("state") or state, params.get("seen", "").strip('"')
+        while (etag == seen_etag if seen_etag else state == seen_state) and sub is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -124,10 +127,10 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
                     sub.queue.get_nowait()
             except TimeoutError:
                 pass
-            state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+            state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
             if state is None:
                 raise HttpError(404, "not_found", "No Lease matches the given query.")
-        await send_json(send, 200, body)
+        await send_json(send, 200, body, ((b"etag", f'"{etag}"'.encode()),))
     finally:
         if sub is not None:
             feed().unsubscribe(sub)
