@@ -41,7 +41,7 @@ def test_a_move_up_the_queue_wakes_a_long_poll_that_names_the_etag_it_saw(web: s
 
     # Nothing changed: the long poll holds (and answers the same ETag at its timeout).
     started = time.monotonic()
-    same = alice.get(f"{web}leases/{behind['id']}/", params={"wait": 1.5, "seen": etag}, timeout=30)
+    same = alice.get(f"{web}leases/{behind['id']}/", params={"wait": "1.5", "seen": etag}, timeout=30)
     assert time.monotonic() - started >= 1.4 and same.headers["ETag"].strip('"') == etag
 
     # The lease ahead is cancelled; the next pass moves this one up: still pending, a new position.
@@ -51,7 +51,7 @@ def test_a_move_up_the_queue_wakes_a_long_poll_that_names_the_etag_it_saw(web: s
 
     def wait() -> None:
         began = time.monotonic()
-        answer = alice.get(f"{web}leases/{behind['id']}/", params={"wait": 30, "state": "pending", "seen": etag},
+        answer = alice.get(f"{web}leases/{behind['id']}/", params={"wait": "30", "state": "pending", "seen": etag},
                            timeout=40)
         answers.append((time.monotonic() - began, answer))
 
@@ -82,5 +82,5 @@ def test_without_seen_a_long_poll_still_waits_for_a_change_of_state_only(web: st
     alice.post(f"{web}leases/{ahead['id']}/release/", json={})
     run_pass()  # a new queue position, the same state
     started = time.monotonic()
-    answer = alice.get(f"{web}leases/{behind['id']}/", params={"wait": 2, "state": "pending"}, timeout=30)
+    answer = alice.get(f"{web}leases/{behind['id']}/", params={"wait": "2", "state": "pending"}, timeout=30)
     assert time.monotonic() - started >= 1.9 and answer.json()["queue_position"] == 1
