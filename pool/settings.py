@@ -11,14 +11,13 @@ from __future__ import annotations
 import secrets
 import sys
 from pathlib import Path
-from typing import TypedDict
-from urllib.parse import urlparse
+from typing import Any, TypedDict
 
-import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from core import embedded
+from core.database_url import DatabaseUrlError, hosts, is_local, parse_database_url
 from core.env import env_bool, env_int, env_list, env_str
 
 # Django's generic classes subscriptable at run time (ModelAdmin[Lease], QuerySet[Host]) as the
@@ -37,11 +36,19 @@ DATABASE_URL = env_str("DATABASE_URL") or (
     "postgres://postgres@localhost/gpupool" if _CHECKING_TYPES else embedded.postgres_url(VAR_DIR))
 
 
-def _database_is_local(url: str) -> bool:
-    """A server on this machine (loopback or a Unix socket): one machine, so every process reads
-    the same var/ and may share a key generated there."""
-    host = (urlparse(url).hostname or "").lower()
-    return host in {"", "localhost", "127.0.0.1", "::1"} or host.startswith("%2f")
+def _database(url: str) -> dict[str, Any]:
+    """The DATABASES entry of DATABASE_URL: one server, or several (a libpq multi-host URL for a
+    PostgreSQL HA cluster; core/database_url.py). A URL it cannot read stops the start, saying why."""
+    try:
+        return parse_database_url(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
+    except DatabaseUrlError as error:
+        raise ImproperlyConfigured(str(error)) from None
+
+
+# Here, before the secret key is chosen: whether the database is on this machine decides it.
+# CONN_MAX_AGE: a connection serves requests for a minute; the health check before each request's
+# first query replaces one that a restart or a failover cut (the API answers 503 meanwhile).
+DATABASES = {"default": _database(DATABASE_URL)}
 
 
 def _secret_key() -> str:
@@ -52,9 +59,10 @@ def _secret_key() -> str:
     configured = env_str("SECRET_KEY")
     if configured:
         return configured
-    if not DEBUG and not _database_is_local(DATABASE_URL):
+    if not DEBUG and not is_local(DATABASES["default"]):
+        where = ", ".join(host for host, _ in hosts(DATABASES["default"]))
         raise ImproperlyConfigured(
-            f"SECRET_KEY is required: DEBUG is off and the database ({urlparse(DATABASE_URL).hostname}) is on "
+            f"SECRET_KEY is required: DEBUG is off and the database ({where}) is on "
             "another machine, so every web server and worker must share one key. Set SECRET_KEY (or "
             "SECRET_KEY_FILE) to a long random string, e.g. `python -c 'import secrets; "
             "print(secrets.token_urlsafe(50))'`.")
@@ -138,13 +146,7 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------------------------
-DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL,
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
-    )
-}
+# DATABASES: with DATABASE_URL at the top (the secret key depends on where the database is).
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache ---------------------------------------------------------------------------
