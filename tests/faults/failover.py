@@ -51,6 +51,12 @@ class WriteProbe(threading.Thread):
                     conn.autocommit = True
                 with conn.cursor() as cur:
                     cur.execute("SET statement_timeout = '5s'; SELECT txid_current()")
+                # A timeout that cancels the wait for the standby still commits (locally only),
+                # with a warning: not a replicated commit, so not counted as one.
+                unreplicated = any("synchronous replication" in notice for notice in conn.notices)
+                conn.notices.clear()
+                if unreplicated:
+                    raise psycopg2.OperationalError("commit not confirmed by the synchronous standby")
                 self.commits.append(time.time())
             except psycopg2.Error:
                 self.failures += 1
