@@ -44,6 +44,7 @@ from typing import Any
 import requests
 import yaml
 
+from stacktools.processes import children_of, command_line, is_alive
 from stacktools.ready import free_port, wait_until
 from tests.faults.servers import _as_postgres
 
@@ -120,6 +121,7 @@ class PatroniCluster:
         self.etcd_port, self.etcd_peer = free_port(), free_port()
         self.etcd: subprocess.Popen[bytes] | None = None
         self.started_s = 0.0  # how long `start` took
+        self.synchronous = True  # synchronous_mode, as `configure` last set it
         self.members = [Member(f"pg{i}", free_port(), free_port(), self.root / f"pg{i}") for i in range(members)]
         for folder in (self.root, self.root / "etcd", *(m.root for m in self.members)):
             folder.mkdir(exist_ok=True)
@@ -261,11 +263,12 @@ class PatroniCluster:
         return next(m for m in self.members if m.name == name)
 
     def healthy(self) -> bool:
-        """A primary, a caught-up synchronous standby, and every started member running."""
+        """A primary, a caught-up synchronous standby (in synchronous mode), and every started
+        member running."""
         state = self.members_state()
         started = {m.name for m in self.members if m.proc is not None}
         running = {m["name"] for m in state if m.get("state") in ("running", "streaming")}
-        return bool(self.primary() and self.sync_standby() and started <= running)
+        return bool(self.primary() and (self.sync_standby() or not self.synchronous) and started <= running)
 
     def wait_healthy(self, timeout: float = 60) -> None:
         self._wait(self.healthy, timeout, "a primary with a synchronous standby, every member running")
@@ -318,14 +321,14 @@ class PatroniCluster:
         postmaster is stopped first (it forks no more), its children are read from /proc, and
         all of them are killed in one go, as when a node is lost."""
         pid = member.postmaster_pid()
-        if pid is None or not _alive(pid):
+        if pid is None or not is_alive(pid):
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
-        for victim in [*_children(pid), pid]:
+        for victim in [*children_of(pid), pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-        if not wait_until(lambda: not _alive(pid), 10, interval=0.05):
+        if not wait_until(lambda: not is_alive(pid), 10, interval=0.05):
             raise RuntimeError(f"{member.name}: postmaster {pid} still running after kill -9")
 
     def rejoin(self, name: str, timeout: float = 90) -> float:
@@ -335,6 +338,36 @@ class PatroniCluster:
         self.start_member(self.member(name))
         self.wait_healthy(timeout)
         return time.monotonic() - began
+
+    # --- asynchronous replication: what it loses ----------------------------------------------
+    def configure(self, timeout: float = 60, **dcs: Any) -> None:
+        """Change the cluster's dynamic configuration (PATCH /config, what `patronictl
+        edit-config` does), e.g. synchronous_mode=False; waits until the primary applies it (its
+        synchronous_standby_names empty without synchronous mode, set with it)."""
+        leader = self.member(self._wait(self.primary, timeout, "a primary"))
+        requests.patch(f"http://127.0.0.1:{leader.api}/config", json=dcs, timeout=10).raise_for_status()
+        if "synchronous_mode" in dcs:
+            self.synchronous = bool(dcs["synchronous_mode"])
+            self._wait(lambda: bool(self._primary_setting("synchronous_standby_names")) == dcs["synchronous_mode"],
+                       timeout, f"synchronous_mode {dcs['synchronous_mode']} applied")
+
+    def _primary_setting(self, name: str) -> str | None:
+        row = _query(self.url("postgres"), "SELECT current_setting(%s)", name)
+        return str(row[0]) if row else None
+
+    def stall_replication(self) -> list[int]:
+        """Stop (SIGSTOP) the primary's WAL senders: what it commits from now on reaches no
+        standby, as when the standbys fall behind a busy primary over a slow link. Without
+        synchronous mode its commits go on being acknowledged; with it they wait. Returns the
+        stopped pids (`kill_primary` kills them with the rest)."""
+        primary = self.member(self._wait(self.primary, 30, "a primary"))
+        postmaster = primary.postmaster_pid()
+        assert postmaster is not None, f"{primary.name}: no postmaster.pid"
+        senders = [pid for pid in children_of(postmaster) if "walsender" in command_line(pid)]
+        assert senders, f"{primary.name}: no WAL sender to stall"
+        for pid in senders:
+            os.kill(pid, signal.SIGSTOP)
+        return senders
 
     # --- the database ------------------------------------------------------------------------
     def create_database(self, name: str, timeout: float = 30) -> None:
@@ -351,7 +384,9 @@ class PatroniCluster:
         conn.close()
         for member in self.members:
             if member.proc is not None:
-                self._wait(lambda m=member: _has_database(m, name), timeout, f"{member.name} has database {name}")
+                dsn = f"host=127.0.0.1 port={member.port} user=postgres dbname=postgres"
+                self._wait(lambda dsn=dsn: _query(dsn, "SELECT 1 FROM pg_database WHERE datname = %s", name),
+                           timeout, f"{member.name} has database {name}")
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -362,36 +397,18 @@ def _get_json(url: str) -> dict[str, Any]:
         return {}
 
 
-def _has_database(member: Member, name: str) -> bool:
+def _query(dsn: str, sql: str, *params: Any) -> tuple[Any, ...] | None:
+    """The first row of `sql` on a fresh connection; None when it cannot connect or finds none."""
     import psycopg2
 
     try:
-        conn = psycopg2.connect(host="127.0.0.1", port=member.port, user="postgres", dbname="postgres",
-                                connect_timeout=2)
+        conn = psycopg2.connect(dsn, connect_timeout=2)
     except psycopg2.OperationalError:
-        return False
+        return None
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-            return cur.fetchone() is not None
+            cur.execute(sql, params)
+            row = cur.fetchone()
+            return tuple(row) if row else None
     finally:
         conn.close()
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (from /proc)."""
-    found = []
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError), open(stat) as handle:
-            if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.split("/")[2]))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False

@@ -19,6 +19,10 @@ creates retried with their Idempotency-Key across the outages made one lease eac
 invariant of the fault suite held, during the run and after it. Web and workers recover by
 themselves: nothing is restarted.
 
+Then the same loss of the primary without synchronous mode, its standbys a few seconds behind:
+the commits they had not received are gone though clients were told they happened, and
+`manage.py check_ledger` finds nothing wrong (the figures say how many).
+
 `make test`: one switchover and one failover; `make faults` (GPUPOOL_FAULTS=full): three of each.
 """
 
@@ -40,6 +44,7 @@ from tests.faults.failover import (
     keyed_duplicates,
     probe_grant,
 )
+from tests.faults.invariants import final_check
 from tests.faults.patroni import PatroniCluster
 from tests.faults.patroni import missing_reason as patroni_missing
 from tests.faults.scenario import FULL, begin, config, errors_outside, record_load, settle_and_check, users
@@ -53,6 +58,8 @@ BETWEEN_S = 20 if FULL else 4
 IN_FLIGHT_S = 2.0
 #: Failed requests are forgiven up to this long after a pass granted again.
 SETTLE_MARGIN_S = 5.0
+#: Without synchronous mode: how long the standbys receive nothing before the primary is lost.
+STALL_S = 3
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(3600 if FULL else 600)]
 
@@ -182,3 +189,56 @@ def test_switchover_and_failover_under_load_lose_no_acknowledged_write(ha: tuple
     bad = [e for e in events if e["not_json_503_count"]]
     assert not bad, f"failures during an event that were not a JSON 503 with Retry-After: {bad}"
     assert not outside, f"failures outside the events: {outside[:10]}"
+
+
+def test_asynchronous_replication_loses_the_last_commits_and_check_ledger_cannot_see_it(
+        ha: tuple[Stack, PatroniCluster], tmp_path: Path) -> None:
+    """What synchronous_mode is for. Switched off, the primary acknowledges commits its standbys
+    have not received; here its WAL senders are stalled for STALL_S (standbys fallen behind), then
+    the primary is lost: the standby promoted lacks the last commits, which clients were told
+    had happened. The database stays consistent (each write is one transaction, replayed in
+    order): `manage.py check_ledger` and every invariant hold, which is exactly why they cannot
+    tell that anything was lost."""
+    stack, cluster = ha
+    cluster.configure(synchronous_mode=False, maximum_lag_on_failover=64 << 20)
+    try:
+        figures, sampler, load = begin(stack, "patroni_async_failover", tmp_path)
+        try:
+            time.sleep(BETWEEN_S)
+            since = time.time()
+            cluster.stall_replication()
+            time.sleep(STALL_S)
+            killed = cluster.kill_primary()
+            granted = probe_grant(stack, since)
+            rejoined = cluster.rejoin(killed)
+            time.sleep(2)
+        except BaseException:
+            load.abandon()
+            sampler.stop()
+            raise
+        merged = load.finish()
+        sampler.stop()
+        record_load(figures, merged)
+        lost = acked_lost(stack.pg.url(), merged["acked_creates"], merged["acked_releases"])
+        ledger = stack.manage("check_ledger").strip()
+        findings = final_check(stack.pg.url())
+        figures["faults_injected"] = (f"synchronous_mode off; WAL senders stalled {STALL_S} s, then kill -9 of the "
+                                      "primary's node, rejoined with pg_rewind")
+        figures["passes_resume_after_s"] = granted
+        figures["rejoined_as_replica_after_s"] = round(rejoined, 2)
+        for key, value in failures(merged["errors"], since - IN_FLIGHT_S, since + granted + SETTLE_MARGIN_S).items():
+            figures[key] = value
+        figures["acknowledged_creates"] = len(merged["acked_creates"])
+        figures["acknowledged_creates_lost"] = len(lost["creates_missing"])
+        figures["acknowledged_releases"] = len(merged["acked_releases"])
+        figures["acknowledged_releases_undone"] = len(lost["releases_undone"])
+        figures["check_ledger"] = ledger
+        figures["invariant_violations_sampled"] = len(sampler.violations)
+        figures["invariant_findings_after"] = {k: len(v) for k, v in findings.items()}
+        figures.write()
+        assert lost["creates_missing"] or lost["releases_undone"], "nothing acknowledged was lost: no demonstration"
+        assert ledger.startswith("ledger OK") and not findings and not sampler.violations
+        assert not figures["not_json_503_count"], figures["not_json_503"]
+    finally:
+        cluster.configure(synchronous_mode=True, maximum_lag_on_failover=1 << 20)
+        cluster.wait_healthy()
