@@ -195,3 +195,33 @@ def failures(errors: list[dict[str, Any]], since: float, until: float) -> dict[s
             "failure_window_s": round(inside[-1]["t"] - inside[0]["t"], 2) if inside else 0.0,
             "not_json_503": [{k: e.get(k) for k in ("op", "status", "detail")} for e in other[:5]],
             "not_json_503_count": len(other)}
+
+
+# How far along its life each lease state is: an event names a state the lease reached, so the
+# database must show that state or a later one, unless the transition was lost.
+_RANK = {"pending": 0, "granted": 1, "bound": 2}
+
+
+def stream_not_in_database(redis_url: str, db_url: str, since: float) -> list[str]:
+    """Lease events published to the event stream since `since` (time.time()) whose transition
+    the database does not have: the lease is missing, or it is in an earlier state than the
+    event says it reached. The relay publishes each committed transition within a second, from
+    the primary that committed it; a failover that loses commits leaves their events in Redis,
+    the one record of them outside the database."""
+    import redis
+
+    from allocation.events import STREAM
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    entries: Any = client.xrange(STREAM, min=f"{int(since * 1000)}-0", max="+")
+    events: list[dict[str, str]] = [dict(fields) for _, fields in entries]
+    conn = psycopg2.connect(db_url, connect_timeout=5)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id::text, state FROM allocation_lease WHERE id = ANY(%s::uuid[])",
+                        [sorted({e["lease"] for e in events})])
+            states = dict(cur.fetchall())
+    finally:
+        conn.close()
+    return [f"{e['lease']} {e['state']} (database: {states.get(e['lease'], 'missing')})" for e in events
+            if e["lease"] not in states or _RANK.get(states[e["lease"]], 3) < _RANK.get(e["state"], 3)]

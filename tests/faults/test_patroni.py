@@ -43,6 +43,7 @@ from tests.faults.failover import (
     failures,
     keyed_duplicates,
     probe_grant,
+    stream_not_in_database,
 )
 from tests.faults.invariants import final_check
 from tests.faults.patroni import PatroniCluster
@@ -138,6 +139,7 @@ def test_switchover_and_failover_under_load_lose_no_acknowledged_write(ha: tuple
                                                                        tmp_path: Path) -> None:
     stack, cluster = ha
     figures, sampler, load = begin(stack, "patroni_failover", tmp_path)
+    figures_started = time.time()
     figures["cluster"] = (f"etcd + {len(cluster.members)} Patroni members, synchronous_mode, "
                           f"started in {cluster.started_s:.1f} s")
     writer, keyed = WriteProbe(stack.pg.url()), KeyedCreator(stack, "admin")
@@ -167,6 +169,10 @@ def test_switchover_and_failover_under_load_lose_no_acknowledged_write(ha: tuple
     outside = errors_outside(merged, windows)
     figures["failed_requests_outside_events"] = len(outside)
     lost = acked_lost(stack.pg.url(), merged["acked_creates"], merged["acked_releases"])
+    # Seen by readers though never acknowledged to the writer: a commit waiting for the standby is
+    # visible on the primary (the relay may publish it) and lost with it.
+    figures["event_stream_transitions_not_in_database"] = len(
+        stream_not_in_database(stack.redis.url(), stack.pg.url(), figures_started))
     figures["acknowledged_creates"] = len(merged["acked_creates"])
     figures["acknowledged_releases"] = len(merged["acked_releases"])
     figures["acknowledged_creates_lost"] = len(lost["creates_missing"])
@@ -232,6 +238,8 @@ def test_asynchronous_replication_loses_the_last_commits_and_check_ledger_cannot
         figures["acknowledged_creates_lost"] = len(lost["creates_missing"])
         figures["acknowledged_releases"] = len(merged["acked_releases"])
         figures["acknowledged_releases_undone"] = len(lost["releases_undone"])
+        figures["lost_transitions_seen_in_event_stream"] = len(
+            stream_not_in_database(stack.redis.url(), stack.pg.url(), since - BETWEEN_S))
         figures["check_ledger"] = ledger
         figures["invariant_violations_sampled"] = len(sampler.violations)
         figures["invariant_findings_after"] = {k: len(v) for k, v in findings.items()}
