@@ -26,9 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-
 STREAM = "gpupool:lease-events"
 # Outbox row id → stream id, for rows published whose stream id may not be recorded yet.
 PUBLISHED = "gpupool:lease-events:published"
@@ -55,26 +52,16 @@ class LeaseChange:
                 "state": self.state}
 
 
-def redis_url() -> str:
-    """settings.REDIS_URL: always set (a configured server, or the embedded one core.embedded
-    starts); its absence is a broken configuration, not a mode."""
-    url = getattr(settings, "REDIS_URL", None)
-    if not url:
-        raise ImproperlyConfigured("REDIS_URL is not set: the lease change stream needs Redis")
-    return str(url)
-
-
 def redis_client() -> Any:
-    """One Redis client per process (thread-safe connection pool) for settings.REDIS_URL."""
+    """One Redis client per process (thread-safe connection pool) of the configured Redis
+    (core.redis_clients: a URL, or a Sentinel group's master, followed across failovers)."""
     global _client
     if _client is None:
-        import redis
+        from core.redis_clients import configured_target, sync_client
 
-        _client = redis.Redis.from_url(redis_url(), socket_timeout=2, socket_connect_timeout=2,
-                                       health_check_interval=30)
+        _client = sync_client(configured_target(), socket_timeout=2, socket_connect_timeout=2,
+                              health_check_interval=30)
     return _client
-
-
 
 
 def announce_explained(lease_ids: Iterable[str]) -> None:

@@ -3,7 +3,8 @@
 With no DATABASE_URL / REDIS_URL the service runs on embedded engines: a PostgreSQL server and a
 Redis server under var/ (core/embedded.py), started by the first process that needs them, so
 `make run` works on a bare machine and runs the code production runs. Set both to use your own
-servers; no other change is needed.
+servers (REDIS_SENTINELS and REDIS_MASTER_NAME instead of REDIS_URL for a Sentinel group); no
+other change is needed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from core import embedded
 from core.database_url import DatabaseUrlError, hosts, is_local, parse_database_url
 from core.env import env_bool, env_int, env_list, env_str
+from core.redis_clients import target_from_env
 
 # Django's generic classes subscriptable at run time (ModelAdmin[Lease], QuerySet[Host]) as the
 # type checker has them (mypy --strict); django-stubs' documented place is the settings module.
@@ -150,19 +152,27 @@ TEMPLATES = [
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache ---------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL") or ("redis://localhost:6379/0" if _CHECKING_TYPES else embedded.redis_url(VAR_DIR))
-CELERY_BROKER_URL = embedded.broker_url(REDIS_URL)
+# One server (REDIS_URL) or a Sentinel group (REDIS_SENTINELS, REDIS_MASTER_NAME): core.redis_clients
+# reads the variables once, here, and every Redis user (broker, cache, event stream, watch feed)
+# asks it for a client. REDIS_URL is the server's URL, or the group in words (no passwords).
+REDIS_TARGET = target_from_env(env_str, lambda: "redis://localhost:6379/0" if _CHECKING_TYPES
+                               else embedded.redis_url(VAR_DIR))
+REDIS_URL = REDIS_TARGET.display()
+CELERY_BROKER_URL = REDIS_TARGET.broker_url()
 # An unacknowledged message (acks_late: its worker died) is delivered again after this. One
 # value for every queue in kombu's Redis transport, and it must exceed the longest countdown a
 # task is sent with (a failed stop retried every 30 min, allocation.workloads.stopping) plus the
 # longest task run (unbind: 960 s), or Redis hands out again a message still held. The scheduling
 # pass does not wait on it: acknowledged on receipt, it is replaced by the periodic pass
 # (allocation.tasks.schedule_pass; tests/allocation/test_task_delivery.py).
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+# With Sentinel: the master's name (and the sentinels' password) for kombu's sentinel:// transport.
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600,
+                                                      **REDIS_TARGET.broker_transport_options()}
 # Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
+# `target`: where the cache's client connects (core.cache; a URL in LOCATION alone also works).
 CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
                       "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool",
-                      "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
+                      "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0, "target": REDIS_TARGET}}}
 
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True

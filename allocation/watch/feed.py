@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocation.events import EXPLAINED, STREAM, LeaseChange, redis_url
+from allocation.events import EXPLAINED, STREAM, LeaseChange
+from core.redis_clients import async_client, configured_target
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ CHECK_S = 5.0  # how often the reader checks that the stream has not been lost
 BLOCK_MS = 5_000  # XREAD BLOCK: wakes at least this often to notice shutdown
 BATCH = 2_000
 QUEUE_MAX = 10_000
+RETRY_MAX_S = 2.0  # the longest wait between two attempts at reading a log that failed
 
 # Database work of the watch endpoints runs here: a few long-lived threads, each with its own
 # persistent Django connection, never the event loop and never the request threads of the API.
@@ -141,10 +143,10 @@ class Feed:
     # --- the log ------------------------------------------------------------------------------
     def redis(self) -> Any:
         if self._redis is None:
-            import redis.asyncio as aioredis
-
-            self._redis = aioredis.Redis.from_url(redis_url(), socket_connect_timeout=2,
-                                                  socket_timeout=BLOCK_MS / 1000 + 5)
+            # With Sentinel, a connection that fails asks the sentinels again: the feed follows a
+            # failover on its next read (_run retries).
+            self._redis = async_client(configured_target(), socket_connect_timeout=2,
+                                       socket_timeout=BLOCK_MS / 1000 + 5)
         return self._redis
 
     async def _ensure_running(self) -> None:
@@ -158,11 +160,9 @@ class Feed:
     async def _run_pokes(self) -> None:
         """Listen to the EXPLAINED channel for as long as the process lives (reconnecting with
         backoff); each message pokes the long polls of the leases it names."""
-        import redis.asyncio as aioredis
-
         delay = 0.5
         while True:
-            client = aioredis.Redis.from_url(redis_url(), socket_connect_timeout=2)
+            client = async_client(configured_target(), socket_connect_timeout=2)
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(EXPLAINED)
@@ -177,7 +177,7 @@ class Feed:
                 logger.warning("lease feed: the explanation channel failed; retrying in %.1fs", delay,
                                exc_info=True)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                delay = min(delay * 2, RETRY_MAX_S)
             finally:
                 await client.aclose()
 
@@ -198,7 +198,9 @@ class Feed:
                 logger.warning("lease feed: reading the change log failed; retrying in %.1fs", delay,
                                exc_info=True)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                # At most 2 s apart: a Sentinel failover is over in seconds, and an attempt at a
+                # Redis that is down costs a refused connection.
+                delay = min(delay * 2, RETRY_MAX_S)
 
     async def _read_stream(self) -> None:
         client = self.redis()

@@ -27,7 +27,9 @@ def test_database_url() -> str:
 
 def process_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(DATABASE_URL=test_database_url(), REDIS_URL=settings.REDIS_URL, GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
+    # The tests' Redis: its URL, or (a Sentinel group) REDIS_SENTINELS as inherited, REDIS_URL emptied.
+    redis_url = "" if settings.REDIS_TARGET.uses_sentinel else settings.REDIS_URL
+    env.update(DATABASE_URL=test_database_url(), REDIS_URL=redis_url, GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
                DJANGO_SETTINGS_MODULE="pool.settings", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
