@@ -45,6 +45,21 @@ class BrokerConnection(Connection):
             kwargs["callback"] = waiting
         return super().ensure_connection(*args, **kwargs)
 
+    def maybe_close_channel(self, channel: Any) -> None:
+        """Close `channel`, unless the transport it belongs to was taken away already.
+
+        On a lost connection Celery 5.7 collects the connection (transport detached), then closes
+        it. A Redis channel whose first close failed on the dead socket (a BRPOP in flight) is
+        closed again then, and restoring its unacknowledged messages through the transport that is
+        gone raises AttributeError, which the worker takes for an unrecoverable error: it exits
+        (the redis_down fault scenario saw both workers go at once). Such a channel has nothing
+        left to close: it is dropped, and its unacknowledged messages come back after the
+        visibility timeout, as when a restore fails on a broker that is down."""
+        transport = getattr(channel, "connection", None)
+        if transport is not None and getattr(transport, "client", True) is None:
+            return
+        super().maybe_close_channel(channel)
+
 
 class BrokerAMQP(AMQP):
     Connection = BrokerConnection
