@@ -7,7 +7,7 @@ import logging
 import time
 
 from allocation.audit import audit
-from allocation.engine import run_pass
+from allocation.engine import run_pass, run_wanted_passes
 from allocation.notify.run import notifications_run
 from allocation.notify.trigger import clear_delivery_flag
 from allocation.outbox import prune, relay
@@ -38,8 +38,14 @@ def schedule_pass(pool_id: int | None = None) -> None:
 
 @gpupool_task(name="allocation.relay_lease_events", max_retries=0)
 def relay_lease_events() -> None:
-    """Publish the lease events no writer published after its commit (it crashed, Redis was
-    away), in order, each once; prune the old published ones."""
+    """What Redis being away left behind, caught up every second (beat) and whenever a worker
+    reaches the broker again (pool.celery.CatchUpOnConnect): the lease events no writer published
+    after its commit, in order, each once (then the old published ones pruned), and the passes
+    whose trigger could not be sent."""
+    # The passes first: leases wait on them, and their events are published as they commit.
+    for report in run_wanted_passes():
+        logger.info("wanted pass %s (its trigger was not sent): granted %d, preempted %d, pending %d", report.pool,
+                    len(report.granted), len(report.preempted), report.pending)
     published = relay()
     if published:
         logger.info("relayed %d lease event(s) left unpublished", published)

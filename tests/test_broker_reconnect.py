@@ -1,5 +1,5 @@
-"""Workers and beat try a broker that is down again at most 2 s apart (pool.celery.BrokerConnection),
-and never give up: after a long Redis outage, passes resume within seconds of its return. A worker
+"""Workers and beat try a broker that is down again at most 0.5 s apart (pool.celery.BrokerConnection),
+and never give up: after a long Redis outage, passes resume within 2 s of its return. A worker
 survives the loss of the broker whatever state its channel was left in."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_the_app_connects_through_the_bounded_connection() -> None:
     assert settings.CELERY_BROKER_CONNECTION_MAX_RETRIES is None
 
 
-def test_a_broker_that_refuses_is_tried_again_at_most_2_s_apart() -> None:
+def test_a_broker_that_refuses_is_tried_again_at_most_half_a_second_apart() -> None:
     waits: list[float] = []
 
     def errback(exc: Exception, interval: float) -> None:
@@ -32,7 +32,7 @@ def test_a_broker_that_refuses_is_tried_again_at_most_2_s_apart() -> None:
     with pytest.raises(OperationalError, match=r"[Rr]efused"):
         down.ensure_connection(errback, 3)
     # kombu's own waits would be 2, 4, 6 s: a 60 s outage was found up to 12 s late.
-    assert waits == [1.0, 2.0, RECONNECT_MAX_S]
+    assert waits == [0.25, 0.5, 0.5] and RECONNECT_MAX_S == 0.5
 
 
 def test_the_worker_consumer_passes_no_intervals_of_its_own(monkeypatch: Any) -> None:

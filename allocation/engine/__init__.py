@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from prometheus_client import Histogram
 
 from allocation.audit import audit_rows_insert
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
 from allocation.events import announce_explained
+from allocation.models import PassWanted
 from allocation.outbox import announce
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
@@ -39,7 +40,7 @@ from core.db import POOL_LOCKS, advisory_xact_lock
 from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
-__all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass"]
+__all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass", "run_wanted_passes"]
 logger = logging.getLogger(__name__)
 ROUNDS = 3
 # Served where the pass runs: the scheduler worker's metrics port (or /metrics when tasks run eagerly).
@@ -90,6 +91,27 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
         report.seconds = time.perf_counter() - started
         PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
         reports.append(report)
+    return reports
+
+
+def run_wanted_passes() -> list[PassReport]:
+    """Run the passes recorded as wanted while the broker could not take their trigger
+    (`allocation.triggers.want_pass`), one per pool; usually none (one read of an empty table).
+
+    Each pool's row is claimed in the transaction of its pass (a worker running the same claims
+    skips it), so a pass that fails leaves its row for the next call, and a pass that commits
+    took it away with it."""
+    table = connection.ops.quote_name(PassWanted._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT pool_id FROM {table} ORDER BY pool_id")
+        wanted = [int(row[0]) for row in cur.fetchall()]
+    reports = []
+    for pool_id in wanted:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"DELETE FROM {table} WHERE pool_id = (SELECT pool_id FROM {table} WHERE pool_id = %s "
+                        "FOR UPDATE SKIP LOCKED) RETURNING pool_id", [pool_id])
+            if cur.fetchone() is not None:
+                reports += run_pass([pool_id])
     return reports
 
 
