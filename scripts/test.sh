@@ -59,18 +59,18 @@ PYEOF
   export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
 fi
 # Database 9 keeps test traffic away from a developer's own data in database 0.
-if [ -z "${REDIS_URL:-}" ] && machine && \
+if [ -z "${REDIS_URL:-}" ] && [ -z "${REDIS_SENTINELS:-}" ] && machine && \
    $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
   export REDIS_URL="redis://127.0.0.1:6379/9"
 fi
 engines="machine's"
-if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+if [ -z "${DATABASE_URL:-}" ] || { [ -z "${REDIS_URL:-}" ] && [ -z "${REDIS_SENTINELS:-}" ]; }; then
   engines="embedded where none answered"
   eval "$($PY -m core.embedded env)" || { echo "the embedded engines did not start"; exit 1; }
   trap '$PY -m core.embedded stop "$GPUPOOL_VAR_DIR" >/dev/null 2>&1' EXIT
 fi
 
-echo "== engines ($engines): database=${DATABASE_URL} redis=${REDIS_URL}"
+echo "== engines ($engines): database=${DATABASE_URL} redis=${REDIS_URL:-sentinels ${REDIS_SENTINELS:-}}"
 status=0
 echo "== ruff (lint, complexity ≤ 10)"; .venv/bin/ruff check . || status=1
 echo "== mypy"; .venv/bin/mypy . || status=1

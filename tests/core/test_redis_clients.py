@@ -5,9 +5,11 @@ transport options, redis-py's Sentinel for the cache and the event stream)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from core import embedded
 from core.redis_clients import RedisConfigError, RedisTarget, parse_sentinels, target_from_env
 
 
@@ -65,3 +67,13 @@ def test_naming_redis_both_ways_is_refused_rather_than_one_ignored() -> None:
         target_from_env(_env(REDIS_URL="redis://x/0", REDIS_SENTINELS="x:26379"), _never)
     with pytest.raises(RedisConfigError, match="REDIS_DB"):
         target_from_env(_env(REDIS_SENTINELS="x:26379", REDIS_DB="one"), _never)
+
+
+def test_the_embedded_redis_is_not_started_for_a_process_told_of_sentinels(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/x")
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("REDIS_SENTINELS", "127.0.0.1:26379")
+    assert embedded.main(["env", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == ""  # no REDIS_URL exported beside the sentinels (refused)
+    assert not (tmp_path / "redis").exists()
