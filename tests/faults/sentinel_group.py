@@ -3,8 +3,8 @@
 (`redis-server`, `redis-sentinel`); never the machine's Redis.
 
 It offers the calls tests.faults.stack.Stack takes of its Redis (`start`, `kill`, `env`: the
-processes reach it through REDIS_SENTINELS and REDIS_MASTER_NAME), plus `master`, `kill_master`,
-`wait_failover` and `restart` for a failover scenario.
+processes reach it through REDIS_SENTINELS and REDIS_MASTER_NAME; `client`: the master's), plus
+`master`, `kill_master`, `wait_failover` and `restart` for a failover scenario.
 
 The sentinels start knowing each other and the replica (`sentinel myid`, `known-sentinel`,
 `known-replica` in their files, as a sentinel writes them itself), so the group is ready at once
@@ -37,7 +37,7 @@ def missing_reason() -> str | None:
 
 
 class SentinelGroup:
-    """Master + replica + three sentinels; `start`, `kill` (all of it), `env`, `master`,
+    """Master + replica + three sentinels; `start`, `kill` (all of it), `env`, `client`, `master`,
     `kill_master`, `wait_failover`, `restart`."""
 
     def __init__(self, root: Path, *, down_after_ms: int = 1000, failover_timeout_ms: int = 3000) -> None:
@@ -64,6 +64,10 @@ class SentinelGroup:
             self._start_sentinel(port, ids)
         ok = wait_until(self._ready, timeout=30, interval=0.1)
         assert ok, f"sentinel group not ready in 30 s:\n{self.logs()}"
+
+    def client(self) -> redis.Redis:
+        """A client of the master as the sentinels name it now (the scenario's own checks)."""
+        return redis.Redis(port=self.master(), socket_timeout=10)
 
     def kill(self) -> None:
         """Everything, at once (SIGKILL): the group is thrown away."""
