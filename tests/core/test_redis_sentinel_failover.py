@@ -31,8 +31,8 @@ FOLLOW_S = 30
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[SentinelGroup]:
     built = SentinelGroup(tmp_path)
-    built.start()
     try:
+        built.start()
         yield built
     finally:
         built.kill()

@@ -56,14 +56,19 @@ class SentinelGroup:
                 "REDIS_MASTER_NAME": MASTER_NAME}
 
     def start(self) -> None:
+        """Start the group and wait until it is ready; on failure nothing is left running."""
         master, replica = self.ports
-        self._start_server(master)
-        self._start_server(replica, "--replicaof", "127.0.0.1", str(master))
-        ids = {port: f"{port:040x}" for port in self.sentinel_ports}  # any 40 hex digits, unique
-        for port in self.sentinel_ports:
-            self._start_sentinel(port, ids)
-        ok = wait_until(self._ready, timeout=30, interval=0.1)
-        assert ok, f"sentinel group not ready in 30 s:\n{self.logs()}"
+        try:
+            self._start_server(master)
+            self._start_server(replica, "--replicaof", "127.0.0.1", str(master))
+            ids = {port: f"{port:040x}" for port in self.sentinel_ports}  # any 40 hex digits, unique
+            for port in self.sentinel_ports:
+                self._start_sentinel(port, ids)
+            ok = wait_until(self._ready, timeout=30, interval=0.1)
+            assert ok, f"sentinel group not ready in 30 s:\n{self.logs()}"
+        except BaseException:
+            self.kill()
+            raise
 
     def client(self) -> redis.Redis:
         """A client of the master as the sentinels name it now (the scenario's own checks)."""
