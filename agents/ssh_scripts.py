@@ -217,15 +217,16 @@ _STOP = (
     _STAT_FUNCTIONS
     + _CLOCK_FUNCTION
     + """\
-members() { # live processes of the lease's session (zombies are already dead)
+members() { # live processes of the lease's session and of its shells' (zombies are already dead)
   for f in /proc/[0-9]*/stat; do
     p=${f#/proc/}; p=${p%/stat}
     proc_stat "$p" || continue
-    if [ "$st_session" = "$pid" ] && [ "$st_state" != Z ]; then printf '%s ' "$p"; fi
+    [ "$st_state" != Z ] || continue
+    case " $pid $shells " in *" $st_session "*) printf '%s ' "$p";; esac
   done
 }
 if proc_stat "$pid" && [ "$st_start" != "$start" ]; then
-  echo "@MARK@ stopped"; exit 0  # pid reused by another process: nothing of ours is left
+  pid=-1  # pid reused by another process: nothing of the workload is left (its shells may be)
 fi
 m=$(members); [ -n "$m" ] && kill -TERM $m 2>/dev/null
 clock; t0=$t; end=$((t + grace * 100))  # the notice runs from the TERM
@@ -244,22 +245,24 @@ echo "@MARK@ stopped"
 )
 
 _UNBIND = """\
-pid=@PID@; start=@START@; grace=@GRACE@
+pid=@PID@; start=@START@; grace=@GRACE@; shells=
+@PRELUDE@
 """ + _STOP
 
 
-def unbind_script(pid: int, start_time: str, grace_s: int) -> str:
+def unbind_script(pid: int, start_time: str, grace_s: int, *, prelude: str = "") -> str:
     """TERM every live process of the lease's session, wait up to `grace_s` seconds (the host's
     clock), then KILL the rest. Only when the session leader is gone or still the same process
     (start time), so a reused pid is never signalled (Linux keeps a session id from reuse while
     members live). Reports `killed after N cs` when KILL was needed, `survivors PIDS` if any
-    outlived it, `waited N cs`, then `stopped`."""
-    return _fill(_UNBIND, PID=str(int(pid)), START=shlex.quote(start_time), GRACE=str(int(grace_s)))
+    outlived it, `waited N cs`, then `stopped`. `prelude` (sh, run first) may add login sessions
+    to stop with it to `shells` (agents.ssh_shells.end_prelude); a pid of -1: only those."""
+    return _fill(_UNBIND, PID=str(int(pid)), START=shlex.quote(start_time), GRACE=str(int(grace_s)), PRELUDE=prelude)
 
 
 _CANCEL = """\
 umask 077
-d=@STATE@/leases/@LEASE@; grace=@GRACE@
+d=@STATE@/leases/@LEASE@; grace=@GRACE@; shells=
 mkdir -p "$d" && : > "$d/cancelled" || { echo "@MARK@ error cannot write $d/cancelled"; exit 0; }
 [ -s "$d/started" ] || { echo "@MARK@ stopped"; exit 0; }
 read -r pid start < "$d/started"
