@@ -25,6 +25,7 @@ class BindingKind(models.TextChoices):
     NONE = "", "None"
     PROCESS = "process", "Process over SSH"
     POD = "pod", "Kubernetes pod"
+    SESSION = "session", "Shell session (SSH)"
 
 
 class ReservationState(models.TextChoices):

@@ -18,6 +18,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 
 from allocation.api import logs as log_api
+from allocation.api import shells as shell_api
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
@@ -162,6 +163,20 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         """The workload's output (allocation/api/logs.py). The ASGI front answers it before Django
         is reached; this serves a WSGI-only server, from a request thread."""
         return log_api.log_response(request.user, pk, request.query_params)
+
+    @shell_api.ADD_DOC
+    @shell_api.LIST_DOC
+    @action(detail=True, methods=["get", "post"], url_path="ssh-keys", url_name="ssh-keys", pagination_class=None,
+            filterset_class=None)
+    def ssh_keys(self, request: Request, pk: str | None = None) -> Response:
+        """Keys that log in to the lease's host for its life (allocation/api/shells.py)."""
+        return shell_api.keys_answer(request, pk)
+
+    @shell_api.REMOVE_DOC
+    @action(detail=True, methods=["delete"], url_path=r"ssh-keys/(?P<key>[0-9]+)", url_name="ssh-key",
+            pagination_class=None, filterset_class=None)
+    def ssh_key(self, request: Request, pk: str | None = None, key: str | None = None) -> Response:
+        return shell_api.remove_answer(request, pk, key)
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)

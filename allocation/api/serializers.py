@@ -43,10 +43,13 @@ class StrictSerializer(serializers.Serializer[Any]):
 
 
 class BindingSerializer(StrictSerializer):
-    """`{"kind": "process", "command": [...], "env": {...}}` or `{"kind": "pod", "pod": {...}}`."""
+    """`{"kind": "process", "command": [...], "env": {...}}`, `{"kind": "pod", "pod": {...}}` or
+    `{"kind": "session"}`."""
 
-    kind = serializers.ChoiceField(choices=["process", "pod"],
-                                   help_text="process: started over SSH on the lease's host; pod: a Kubernetes pod.")
+    kind = serializers.ChoiceField(choices=["process", "pod", "session"],
+                                   help_text="process: started over SSH on the lease's host; pod: a Kubernetes pod; "
+                                             "session: nothing started, the lease is for shells on its host "
+                                             "(`POST leases/{id}/ssh-keys/`, `gpupool ssh`): ssh sources only.")
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
                                     required=False, min_length=1, max_length=256,
                                     help_text="process: argv of the command, run with CUDA_VISIBLE_DEVICES set.")
@@ -65,7 +68,11 @@ class BindingSerializer(StrictSerializer):
                                                    "time is up (default 0).")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["kind"] == "process":
+        if attrs["kind"] == "session":
+            extra = sorted(set(attrs) - {"kind"})
+            if extra:
+                raise serializers.ValidationError({extra[0]: ["not allowed on a session binding: it starts nothing"]})
+        elif attrs["kind"] == "process":
             if not attrs.get("command"):
                 raise serializers.ValidationError({"command": ["a process binding needs a command list"]})
             bad = [k for k in attrs.get("env", {}) if not ENV_NAME.match(k)]

@@ -384,11 +384,12 @@ class Reservation(models.Model):
 
 
 # Metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
-# it), notifications (allocation.notify), single sign-on's mapping and the passes wanted while the
-# broker was away (allocation.triggers) live in their own modules; imported here so Django
-# registers them.
+# it), notifications (allocation.notify), users' shell keys, single sign-on's mapping and the passes
+# wanted while the broker was away (allocation.triggers) live in their own modules; imported here so
+# Django registers them.
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
+from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
 from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401
 from allocation.models.usage import Budget, LeaseUsage, Price  # noqa: E402, F401
 from allocation.models.wanted import PassWanted  # noqa: E402, F401

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.base import AgentError, Connector, LogStream
-from allocation.choices import LeaseState
+from allocation.choices import BindingKind, LeaseState
 from allocation.models import Lease
 from allocation.selectors import as_lease_id, lease_list
 from allocation.workloads.binding import lease_observe
@@ -94,6 +94,8 @@ def lease_log(*, user: Any, lease_id: Any, tail: int | None, follow: bool) -> Wo
         raise NotFound("No Lease matches the given query.")
     if not lease.binding_spec:
         raise Conflict("this lease has no workload: it was requested without a binding", code="no_workload")
+    if lease.binding_kind == BindingKind.SESSION:
+        raise Conflict("this lease has no workload: it is a shell session (gpupool ssh)", code="no_workload")
     handle = (lease.binding_status or {}).get("handle")
     if not isinstance(handle, Mapping) or not handle or lease.host is None:
         raise Conflict(f"the lease's workload has not started yet (the lease is {lease.state}); ask again once "

@@ -37,6 +37,8 @@ ENDPOINTS = {
     ("/api/v1/notifications/subscriptions/{id}/", "get"), ("/api/v1/notifications/subscriptions/{id}/", "delete"),
     ("/api/v1/notifications/deliveries/", "get"), ("/api/v1/notifications/deliveries/{id}/", "get"),
     ("/api/v1/auth/device/", "post"), ("/api/v1/auth/device/token/", "post"),
+    ("/api/v1/leases/{id}/ssh-keys/", "get"), ("/api/v1/leases/{id}/ssh-keys/", "post"),
+    ("/api/v1/leases/{id}/ssh-keys/{key}/", "delete"),
 }
 
 

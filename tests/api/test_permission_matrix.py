@@ -341,6 +341,34 @@ class TestLeaseLogsThroughDjango(EndpointPermissions):
     expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
 
 
+class TestLeaseShellKeys(EndpointPermissions):
+    path, expect = "/api/v1/leases/{lease}/ssh-keys/", OWN_TEAM
+
+
+class TestLeaseShellKeyAdd(EndpointPermissions):
+    """The world's lease has no binding: a 409 `no_shell` for those who may see it."""
+
+    method, path = "post", "/api/v1/leases/{lease}/ssh-keys/"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+    def payload(self, world: Any) -> dict[str, Any] | None:
+        from tests.support.sshd import sample_public_key
+
+        return {"public_key": sample_public_key()}
+
+
+class TestLeaseShellKeyRemove(EndpointPermissions):
+    method, path = "delete", "/api/v1/leases/{lease}/ssh-keys/{key}/"
+    expect = {"anonymous": 401, "member": 204, "other": 404, "admin": 204}
+
+    def keys(self, world: Any) -> dict[str, Any]:
+        from allocation.models import LeaseShellKey
+
+        row, _ = LeaseShellKey.objects.get_or_create(lease_id=world.lease_id, fingerprint="SHA256:x",
+                                                     key_type="ssh-ed25519")
+        return {"key": row.pk}
+
+
 # --- the ASGI front: what pool.asgi answers itself, over the production web server -----------------
 @pytest.fixture(scope="module")
 def asgi_server(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
@@ -426,7 +454,7 @@ def test_every_operation_has_permission_rows(schema: dict[str, Any]) -> None:
 def test_every_api_route_has_permission_rows() -> None:
     """Route by route as Django resolves them (catches a view left out of the OpenAPI document)."""
     routed = {resolve(row.path.split("?")[0].format(lease="0", host="0", gpu="0", quota="0", event="0",
-                                                   reservation="0", subscription="0", delivery="0")).route
+                                                   reservation="0", subscription="0", delivery="0", key="0")).route
               for row in _rows()}
     missing = sorted(r.template for r in api_routes() if r.route not in routed)
     assert not missing, f"no permission rows for the routes {missing}"
