@@ -144,6 +144,11 @@ class KubeApi:
             self._api_client.close()
         self._api_client, self._apis = None, ()
 
+    def api_for(self, method: str) -> Any:
+        """The client's API object that has `method`, for a call `call` cannot make (an exec's
+        websocket stream)."""
+        return self._api_with(method)
+
     def _api_with(self, method: str) -> Any:
         """The API object (of this source's own ApiClient, built on first use) that has `method`."""
         for api in self._api():

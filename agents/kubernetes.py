@@ -38,6 +38,7 @@ from agents.k8s_api import KubeApi, Refused
 from agents.k8s_claim import build_claim, pod_claim, validate_claim
 from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, validate_device_binding, with_dra
 from agents.k8s_dra_api import DraCalls
+from agents.k8s_exec import KubernetesExec
 from agents.k8s_logs import PodLog
 from agents.k8s_nodes import node_to_host
 from agents.k8s_pod_manifest import build_pod, labelled_for, pod_name, validate_pod
@@ -54,8 +55,9 @@ _ACTIVE_SCHEDULED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=
 _GONE_REASON = "pod deleted by someone else"
 
 
-class KubernetesConnector(Connector):
-    """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node."""
+class KubernetesConnector(KubernetesExec, Connector):
+    """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node; `exec`
+    runs a command in it (agents.k8s_exec)."""
 
     kind = "kubernetes"
     workloads: ClassVar[frozenset[str]] = frozenset({"pod"})

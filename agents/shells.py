@@ -46,3 +46,50 @@ class ShellHost(ABC):
 
 #: The words of the permanent error `authorize_key` raises for a lease that ended on its host.
 LEASE_ENDED = "the lease has ended on its host"
+
+
+# --- a command in a workload's container (Kubernetes exec) --------------------------------------
+
+STDOUT, STDERR = 1, 2
+
+
+class ExecSession(ABC):
+    """A command running in a lease's container, started by `PodExec.exec`.
+
+    `read` is called from one thread; `write`, `close_stdin`, `resize` and `close` may come from
+    another (the server's receiver). Once `ended`, `exit_code` is the command's (None when it
+    could not be told) and `message` says why when it was not 0."""
+
+    ended: bool = False
+    exit_code: int | None = None
+    message: str = ""
+
+    @abstractmethod
+    def read(self, timeout: float) -> list[tuple[int, bytes]]:
+        """What the command wrote since, as (STDOUT or STDERR, bytes), waiting at most `timeout`
+        seconds for the first of it; [] when nothing came. Sets `ended` when it has ended."""
+
+    @abstractmethod
+    def write(self, data: bytes) -> None:
+        """Send `data` to the command's stdin (a session opened with `stdin`)."""
+
+    @abstractmethod
+    def close_stdin(self) -> None:
+        """End the command's stdin (EOF), where the API server's protocol allows it."""
+
+    @abstractmethod
+    def resize(self, width: int, height: int) -> None:
+        """The terminal's new size (a session opened with `tty`)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session (the command gets a hangup); idempotent."""
+
+
+class PodExec(ABC):
+    """A source kind whose workloads run commands on request (`kubectl exec`)."""
+
+    @abstractmethod
+    def exec(self, handle: Mapping[str, Any], command: Sequence[str], *, tty: bool, stdin: bool) -> ExecSession:
+        """Start `command` in the workload's (first) container. Raises AgentError: permanent when
+        the workload is gone or not running, transient when its API server could not be reached."""

@@ -4,7 +4,8 @@
 
 Waiting requests (`GET leases/{id}/?wait=`, `GET leases/events/`) are coroutines on the event
 loop: a thousand waiting clients hold no thread. A workload's log (`GET leases/{id}/logs/`) is
-streamed from the event loop too, its blocking reads on a bounded pool of threads of its own.
+streamed from the event loop too, its blocking reads on a bounded pool of threads of its own, and
+so is a command in a pod lease's container (`leases/{id}/exec/`, a websocket: allocation/watch/exec.py).
 Everything else is the Django (WSGI) application on a fixed pool of request threads (a2wsgi),
 each with its own persistent database connection:
 Django's own ASGI handler would start a thread and a database connection per request, which
@@ -22,6 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 from a2wsgi import WSGIMiddleware
 from django.core.wsgi import get_wsgi_application
 
+from allocation.watch import exec as pod_exec
 from allocation.watch import handlers, logs
 
 if TYPE_CHECKING:
@@ -37,11 +39,19 @@ django_app = WSGIMiddleware(get_wsgi_application(), workers=THREADS)  # type: ig
 EVENTS = re.compile(r"^/api/v1/leases/events/?$")
 LEASE = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/?$")
 LOGS = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/logs/?$")
+EXEC = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/exec/?$")
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
+        return
+    if scope["type"] == "websocket":
+        match = EXEC.match(scope["path"])
+        if match:
+            await pod_exec.lease_exec(scope, receive, send, lease_id=match["lease_id"])
+        else:  # no other websocket here: refused before the upgrade (HTTP 403)
+            await send({"type": "websocket.close", "code": 1008})
         return
     if scope["type"] == "http":
         path = scope["path"]

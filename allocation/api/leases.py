@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, UserRateThrottle
 
+from allocation.api import exec as exec_api
 from allocation.api import logs as log_api
 from allocation.api import shells as shell_api
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
@@ -163,6 +164,14 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         """The workload's output (allocation/api/logs.py). The ASGI front answers it before Django
         is reached; this serves a WSGI-only server, from a request thread."""
         return log_api.log_response(request.user, pk, request.query_params)
+
+    @exec_api.DOCUMENTED
+    @action(detail=True, methods=["get"], url_path="exec", url_name="exec", pagination_class=None,
+            filterset_class=None)
+    def exec(self, request: Request, pk: str | None = None) -> Response:
+        """A websocket on the ASGI front (allocation/watch/exec.py); here, the same checks, then 426."""
+        exec_api.plain_http_answer(request.user, pk, request.query_params)
+        raise AssertionError("unreachable")
 
     @shell_api.ADD_DOC
     @shell_api.LIST_DOC

@@ -23,7 +23,7 @@ from types import FrameType
 
 import click
 
-from gpupool_cli import __version__, contexts, fleet, leases, requesting, reservations, shells, top
+from gpupool_cli import __version__, contexts, fleet, leases, pod_exec, requesting, reservations, shells, top
 from gpupool_cli.errors import EXIT_CODES, EXIT_INTERRUPTED, CliError, Terminated
 from gpupool_cli.options import global_options
 
@@ -40,7 +40,7 @@ def cli() -> None:
     """Ask for GPUs from a gpupool server, run on them, and see the pool."""
 
 
-for _module in (contexts, fleet, requesting, leases, shells, top, reservations):
+for _module in (contexts, fleet, requesting, leases, shells, pod_exec, top, reservations):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -38,7 +38,7 @@ ENDPOINTS = {
     ("/api/v1/notifications/deliveries/", "get"), ("/api/v1/notifications/deliveries/{id}/", "get"),
     ("/api/v1/auth/device/", "post"), ("/api/v1/auth/device/token/", "post"),
     ("/api/v1/leases/{id}/ssh-keys/", "get"), ("/api/v1/leases/{id}/ssh-keys/", "post"),
-    ("/api/v1/leases/{id}/ssh-keys/{key}/", "delete"),
+    ("/api/v1/leases/{id}/ssh-keys/{key}/", "delete"), ("/api/v1/leases/{id}/exec/", "get"),
 }
 
 

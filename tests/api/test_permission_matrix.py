@@ -341,6 +341,14 @@ class TestLeaseLogsThroughDjango(EndpointPermissions):
     expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
 
 
+class TestLeaseExecThroughDjango(EndpointPermissions):
+    """A websocket on the ASGI front (the row below); Django makes the same checks, then answers 426.
+    The world's lease has no workload: a 409 `no_workload` for those who may see it."""
+
+    path = "/api/v1/leases/{lease}/exec/?command=true"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
 class TestLeaseShellKeys(EndpointPermissions):
     path, expect = "/api/v1/leases/{lease}/ssh-keys/", OWN_TEAM
 
@@ -421,6 +429,29 @@ class TestLeaseEventStreamOfOneTeamOnAsgi(AsgiEndpointPermissions):
 class TestLeaseLogsOnAsgi(AsgiEndpointPermissions):
     path = "/api/v1/leases/{lease}/logs/?tail=5"
     expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
+class TestLeaseExecOnAsgi(AsgiEndpointPermissions):
+    """The exec websocket: a refusal comes before the upgrade, as the API's error answer."""
+
+    path = "/api/v1/leases/{lease}/exec/?command=true"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+    def _call(self, role: str, world: Any, api: Any) -> Any:
+        import json
+
+        import websocket
+
+        from tests.support.tokens import api_key
+
+        user = None if role == "anonymous" else getattr(world, role)
+        headers = [f"Authorization: Token {api_key(user)}"] if user is not None else []
+        url = self.server.replace("http://", "ws://") + self.path.format(lease=world.lease_id)
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            websocket.create_connection(url, header=headers, timeout=30)
+        assert refused.value.status_code == self.expect[role], (role, url, refused.value.resp_body)
+        body = json.loads(refused.value.resp_body or b"{}")
+        assert body["code"] and body["message"], body
 
 
 # --- the list of rows is the server's list of operations ----------------------------------------
