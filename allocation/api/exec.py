@@ -14,7 +14,7 @@ upgrade are the API's JSON error body with its status.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -70,7 +70,7 @@ DOCUMENTED = extend_schema(
 )
 
 
-def plain_http_answer(user: Any, lease_id: Any, query: Mapping[str, Any]) -> None:
+def plain_http_answer(user: Any, lease_id: Any, query: Mapping[str, Any]) -> NoReturn:
     """What Django answers (a plain GET, or a WSGI-only server): the same checks, then 426."""
     exec_request(user, lease_id, query)
     raise UpgradeRequired("connect with a websocket (subprotocol v1.exec.gpupool.io); the ASGI front "

@@ -171,7 +171,6 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     def exec(self, request: Request, pk: str | None = None) -> Response:
         """A websocket on the ASGI front (allocation/watch/exec.py); here, the same checks, then 426."""
         exec_api.plain_http_answer(request.user, pk, request.query_params)
-        raise AssertionError("unreachable")
 
     @shell_api.ADD_DOC
     @shell_api.LIST_DOC
