@@ -1,5 +1,6 @@
 """List filters of the allocation API (django-filter). Multi-value filters take repeated
-parameters: `?state=pending&state=granted`."""
+parameters: `?state=pending&state=granted`. A filter naming a pool, team, user, host or priority
+class refuses a name that exists nowhere (core.api.filtersets.NameFilter)."""
 
 import re
 import uuid
@@ -7,13 +8,16 @@ from typing import Any
 
 import django_filters
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from allocation.choices import LeaseState, ReservationState
-from allocation.models import AuditEvent, Lease, NotificationDelivery, Quota, Reservation
-from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
+from allocation.models import AuditEvent, Lease, NotificationDelivery, PriorityClass, Quota, Reservation, Team
+from allocation.notify_vocabulary import EVENTS, KINDS
+from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, NameFilter, StrictFilterSet
+from inventory.models import Host, Pool
 
 _HEX_PREFIX = re.compile(r"[0-9a-f-]{1,36}")
 
@@ -49,12 +53,13 @@ class LeaseFilterSet(StrictFilterSet):
                                                 help_text="Lease state; repeat for several.")
     active = BooleanFilter(method="filter_active",
                                           help_text="true: pending, granted or bound; false: ended.")
-    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
-    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
-    user = django_filters.CharFilter(field_name="user__username", help_text="User name of the requester.")
-    host = django_filters.CharFilter(field_name="host__name", help_text="Host the lease was granted on.")
-    priority_class = django_filters.CharFilter(field_name="priority_class__name",
-                                               help_text="Priority class name.")
+    team = NameFilter(model=Team, noun="team", field_name="team__name", help_text="Team name, exact.")
+    pool = NameFilter(model=Pool, noun="pool", field_name="pool__name", help_text="Pool name, exact.")
+    user = NameFilter(model=settings.AUTH_USER_MODEL, noun="user", name_field="username",
+                      field_name="user__username", help_text="User name of the requester.")
+    host = NameFilter(model=Host, noun="host", field_name="host__name", help_text="Host the lease was granted on.")
+    priority_class = NameFilter(model=PriorityClass, noun="priority_class", field_name="priority_class__name",
+                                help_text="Priority class name.")
 
     class Meta:
         model = Lease
@@ -70,8 +75,8 @@ class LeaseFilterSet(StrictFilterSet):
 
 
 class QuotaFilterSet(StrictFilterSet):
-    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
-    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
+    team = NameFilter(model=Team, noun="team", field_name="team__name", help_text="Team name, exact.")
+    pool = NameFilter(model=Pool, noun="pool", field_name="pool__name", help_text="Pool name, exact.")
 
     class Meta:
         model = Quota
@@ -100,8 +105,8 @@ class ReservationFilterSet(StrictFilterSet):
     """`state` reads as `Reservation.current_state`: an active reservation whose end has passed
     is `ended`."""
 
-    pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
-    team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
+    pool = NameFilter(model=Pool, noun="pool", field_name="pool__name", help_text="Pool name, exact.")
+    team = NameFilter(model=Team, noun="team", field_name="team__name", help_text="Team name, exact.")
     state = django_filters.ChoiceFilter(choices=ReservationState.choices, method="filter_state",
                                         help_text="active, cancelled or ended.")
     since = IsoDateTimeFilter(field_name="end", lookup_expr="gt",
@@ -124,10 +129,13 @@ class ReservationFilterSet(StrictFilterSet):
 
 
 class NotificationDeliveryFilterSet(StrictFilterSet):
-    event = django_filters.CharFilter(field_name="event", help_text="Event, exact (lease.preempted).")
+    """`team` and `target` stay free text: a delivery keeps the names as they were when it was
+    made, and a team or target removed since must still find its deliveries."""
+
+    event = django_filters.ChoiceFilter(choices=[(e, e) for e in EVENTS], help_text="Event (lease.preempted).")
     state = django_filters.ChoiceFilter(choices=NotificationDelivery.STATES, help_text="pending, delivered, failed.")
     target = django_filters.CharFilter(field_name="target", help_text="Target name (user/name for a subscription).")
-    kind = django_filters.CharFilter(field_name="kind", help_text="webhook or email.")
+    kind = django_filters.ChoiceFilter(choices=[(k, k) for k in KINDS], help_text="webhook or email.")
     lease = django_filters.UUIDFilter(field_name="lease_id", help_text="Deliveries about this lease.")
     team = django_filters.CharFilter(field_name="team", help_text="Team name, exact.")
     since = IsoDateTimeFilter(field_name="created_at", lookup_expr="gte", help_text="Made at or after (ISO 8601).")
