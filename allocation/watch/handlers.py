@@ -102,6 +102,21 @@ async def authenticate(scope: dict[str, Any]) -> access.Viewer:
     return viewer
 
 
+async def _check_parameters(scope: dict[str, Any]) -> None:
+    """The API's strict query (core.api.strict): a parameter the operation does not document is a
+    400 `unknown_parameter` naming it, as on every other endpoint. On a DB thread: the first call
+    per process derives the operation's parameters (milliseconds), which the event loop must not
+    wait for."""
+    from core.api.strict import check_path_query
+    from core.errors import DomainError
+
+    names = list(query(scope))
+    try:
+        await in_db(check_path_query, scope["path"], "GET", names)
+    except DomainError as exc:
+        raise HttpError(exc.status, exc.code, exc.message) from None
+
+
 # --- long poll ------------------------------------------------------------------------------------
 async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lease_id: str) -> None:
     params = query(scope)
@@ -109,6 +124,7 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
     viewer = await authenticate(scope)
     if not access.is_uuid(lease_id):
         raise HttpError(404, "not_found", "No Lease matches the given query.")
+    await _check_parameters(scope)
     deadline = time.monotonic() + wait_s
     # A pass that only changes the lease's explanation pokes this subscriber too (feed.POKE).
     sub = await feed().subscribe(lambda change: change.lease_id == lease_id, lease_id=lease_id) if wait_s > 0 else None
@@ -141,6 +157,7 @@ async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> N
     params = query(scope)
     viewer = await authenticate(scope)
     duration = _seconds(params, "timeout", DEFAULT_STREAM_S, 24 * 3600.0)
+    await _check_parameters(scope)
     since = _headers(scope).get("last-event-id") or params.get("since", "")
     if since:
         try:
