@@ -14,6 +14,7 @@ from allocation.outbox import prune, relay
 from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
+from allocation.services.idle_gpus import gpus_idle_check
 from allocation.services.reaper import leases_reap
 from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from core.tasks import final_attempt, gpupool_task
@@ -74,9 +75,12 @@ def reap_leases() -> None:
 
 @gpupool_task(name="allocation.idle_reclaim")
 def idle_reclaim() -> None:
+    """Idle reclaim's warnings and reclaims, then the flags and meter of allocated but idle GPUs:
+    both read the same samples, which come every SAMPLE_INTERVAL_S."""
     counts = leases_idle_check()
     if any(counts.values()):
         logger.info("idle reclaim: warned %(warned)d, cleared %(cleared)d, reclaimed %(reclaimed)d", counts)
+    gpus_idle_check()
 
 
 @gpupool_task(name="allocation.refresh_budgets")

@@ -140,8 +140,9 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # The ledger's invariants (manage.py check_ledger): an audit alert on drift.
         "check-ledger": {"task": "allocation.check_ledger", "schedule": 300.0,
                          "options": {"expires": 300.0}},
-        # Warns, clears and reclaims idle leases (idle_reclaim rules); utilisation samples come
-        # every SAMPLE_INTERVAL_S, so checking more often would see nothing new.
+        # Warns, clears and reclaims idle leases (idle_reclaim rules), then flags and meters the
+        # allocated but idle GPUs; utilisation samples come every SAMPLE_INTERVAL_S, so checking
+        # more often would see nothing new.
         "idle-reclaim": {"task": "allocation.idle_reclaim", "schedule": sample_s,
                          "options": {"expires": sample_s}},
         # The time series store: this minute's points, finished hours rolled up, old ones pruned

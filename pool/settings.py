@@ -215,6 +215,8 @@ class GpupoolSettings(TypedDict):
     POLICY: str
     PREPARED_STATEMENTS: bool
     BEAT_LEASE_S: int
+    IDLE_BELOW_UTIL_PCT: int
+    IDLE_FOR_S: int
 
 
 GPUPOOL: GpupoolSettings = {
@@ -246,6 +248,11 @@ GPUPOOL: GpupoolSettings = {
     # A beat leader silent this long (frozen, cut off, its node lost) loses the lead: PostgreSQL ends
     # its session and a standby takes over (core/beat_lock.py). A leader that dies or stops frees it at once.
     "BEAT_LEASE_S": env_int("GPUPOOL_BEAT_LEASE_S", 10),
+    # Allocated but idle: a leased GPU below this utilisation (percent) for this long is flagged on
+    # the dashboard, in /metrics and in the usage report's idle GPU-hours. A lease under an
+    # idle_reclaim rule (its priority class's, else its pool's) is judged by that rule instead.
+    "IDLE_BELOW_UTIL_PCT": env_int("GPUPOOL_IDLE_BELOW_UTIL_PCT", 5),
+    "IDLE_FOR_S": env_int("GPUPOOL_IDLE_FOR_S", 1800),
 }
 
 # --- API ----------------------------------------------------------------------------------------

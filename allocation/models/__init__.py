@@ -250,6 +250,14 @@ class LeaseGpu(models.Model):
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="gpu_links")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="lease_links")
     active = models.BooleanField(default=True)
+    # Allocated but idle (allocation.services.idle_gpus, each idle check): the GPU's run of
+    # samples below the idle threshold as the last check left it, and when that run reached the
+    # idle time (null: not idle that long, or no fresh telemetry), which flags it on the
+    # dashboard and in /metrics. Null until the first check after the grant.
+    idle_since = models.DateTimeField(null=True, blank=True)
+    idle_seen_at = models.DateTimeField(null=True, blank=True)
+    idle_flagged_at = models.DateTimeField(null=True, blank=True)
+    idle_metered_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "lease GPU"
@@ -391,5 +399,5 @@ from allocation.models.notify import Notification, NotificationDelivery, Notific
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
 from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
 from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401
-from allocation.models.usage import Budget, LeaseUsage, Price  # noqa: E402, F401
+from allocation.models.usage import Budget, IdleUsage, LeaseUsage, Price  # noqa: E402, F401
 from allocation.models.wanted import PassWanted  # noqa: E402, F401

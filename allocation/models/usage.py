@@ -47,6 +47,34 @@ class LeaseUsage(models.Model):
         return f"{self.lease_id}: {self.gpu_equiv:g} × {self.model} from {self.started_at:%Y-%m-%d %H:%M}"
 
 
+class IdleUsage(models.Model):
+    """GPU-hours a lease's GPUs sat allocated but idle within one UTC `hour`, in GPU-seconds
+    (weighted as the meter weighs them: a MIG slice its share, a time-sliced replica 1/N), added
+    to by each idle check (allocation.services.idle_gpus) from the time a GPU was flagged. Team,
+    pool and model are the lease's, copied as on `LeaseUsage`, so the usage report groups them
+    the same way."""
+
+    lease = models.ForeignKey("allocation.Lease", on_delete=models.CASCADE, related_name="idle_usage")
+    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="idle_usage")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="idle_usage")
+    model = models.CharField(max_length=128, blank=True, default="")
+    hour = models.DateTimeField()
+    gpu_seconds = models.FloatField()
+
+    class Meta:
+        verbose_name = "idle usage"
+        verbose_name_plural = "idle usage"
+        ordering = ["-hour"]
+        indexes = [models.Index(fields=["hour"]), models.Index(fields=["team", "hour"])]
+        constraints = [
+            models.UniqueConstraint(fields=["lease", "hour"], name="idle_usage_one_row_per_lease_hour"),
+            models.CheckConstraint(condition=Q(gpu_seconds__gte=0), name="idle_usage_gpu_seconds_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id}: {self.gpu_seconds:g} idle GPU-s in {self.hour:%Y-%m-%d %H}:00"
+
+
 class Budget(models.Model):
     """`budgets[]` of the configuration: `gpu_hours` per calendar `period` for a team, in one pool
     or (pool null) all of them. The columns after `action` are the budget's standing, written by
