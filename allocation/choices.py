@@ -20,6 +20,12 @@ ACTIVE_STATES = (LeaseState.PENDING, *HOLDING_STATES)
 END_STATES = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
               LeaseState.LOST)
 
+# Why a lease was preempted, as its `lease.preempt` audit event and `gpupool_preemptions_total`
+# say: the pass's causes (`allocation.policy.types.Preemption.kind`: reclaim, priority,
+# fair_share), idle reclaim (allocation.services.idle) and an admin's drain of the lease's host
+# (allocation.services.admin, a capacity move in drain mode too).
+PREEMPTION_CAUSES = ("priority", "reclaim", "fair_share", "idle", "drain")
+
 
 class BindingKind(models.TextChoices):
     NONE = "", "None"
