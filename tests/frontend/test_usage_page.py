@@ -64,7 +64,8 @@ def test_the_csv_is_the_table_as_a_download(metered: Any, client_for: Any) -> No
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"] == 'attachment; filename="gpupool-usage-20261109-20261112-by-day.csv"'
     rows = list(csv.reader(io.StringIO(response.content.decode())))
-    assert rows == [["day", "gpu_hours", "idle_gpu_hours"], ["2026-11-10", "16.0", "0.0"], ["2026-11-11", "24.0", "0.0"]]
+    assert rows == [["day", "gpu_hours", "idle_gpu_hours"], ["2026-11-10", "16.0", "0.0"],
+                    ["2026-11-11", "24.0", "0.0"]]
     carol = client_for(metered.users["carol"]).get(f"/usage.csv?{WINDOW}").content.decode()
     assert carol == "team,gpu_hours,idle_gpu_hours\n"  # nlp used nothing in the window
 
