@@ -221,12 +221,12 @@ class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[LeaseUsage]):
 
 @admin.register(IdleUsage)
 class IdleUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[IdleUsage]):
-    """Allocated but idle GPU-seconds per lease and UTC hour, written by the idle check."""
+    """Allocated but idle GPU-seconds per team, pool, user, model and UTC hour, written by the idle check."""
 
-    list_display = ["lease", "team", "pool", "model", "hour", "gpu_seconds"]
+    list_display = ["team", "pool", "user", "model", "hour", "gpu_seconds"]
     list_filter = ["pool", "team"]
-    list_select_related = ["lease", "team", "pool"]
-    search_fields = ["lease__id", "team__name", "model"]
+    list_select_related = ["team", "pool", "user"]
+    search_fields = ["team__name", "user__username", "model"]
     date_hierarchy = "hour"
 
 

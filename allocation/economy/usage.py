@@ -6,8 +6,8 @@ A meter row covers [started_at, end) where end is its own `ended_at`, else its l
 GPUs). Its GPU-hours within a window [since, until) are gpu_equiv × the overlap.
 
 Beside them, the idle GPU-hours: the hours leased GPUs sat allocated but idle
-(allocation.models.usage.IdleUsage, one row per lease and UTC hour), a row's share of a window
-being its hour's share in it.
+(allocation.models.usage.IdleUsage, one row per team, pool, user, model and UTC hour), a row's
+share of a window being its hour's share in it.
 """
 
 from __future__ import annotations
@@ -46,11 +46,14 @@ def _scope_sql(team_ids: Sequence[int] | None, pool_id: int | None) -> tuple[str
     return (f"WHERE {' AND '.join(where)} " if where else ""), params
 
 
-def _joins(table: str) -> str:
+def _joins(table: str, *, lease: bool = True) -> str:
+    """The name tables joined to rows `u` of `table`; the user through the lease (`lease`), else
+    the row's own user."""
     user_model = get_user_model()
-    return (f"FROM {table} u JOIN {Lease._meta.db_table} l ON l.id = u.lease_id "
+    via = f"JOIN {Lease._meta.db_table} l ON l.id = u.lease_id " if lease else ""
+    return (f"FROM {table} u {via}"
             f"JOIN {Team._meta.db_table} t ON t.id = u.team_id JOIN {Pool._meta.db_table} p ON p.id = u.pool_id "
-            f"JOIN {user_model._meta.db_table} usr ON usr.id = l.user_id ")
+            f"JOIN {user_model._meta.db_table} usr ON usr.id = {'l' if lease else 'u'}.user_id ")
 
 
 def _columns(keys: Sequence[str]) -> list[str]:
@@ -91,7 +94,8 @@ def _idle_aggregate(buckets: Sequence[tuple[datetime, datetime]], keys: Sequence
     with_b, params = _buckets_sql(buckets)
     where, scope = _scope_sql(team_ids, pool_id)
     sql = (f"{with_b}SELECT {', '.join([*cols, ''])}SUM(u.gpu_seconds * {share}) "
-           + _joins(IdleUsage._meta.db_table) + f"JOIN b ON u.hour < b.b1 AND {hour_end} > b.b0 " + where
+           + _joins(IdleUsage._meta.db_table, lease=False) + f"JOIN b ON u.hour < b.b1 AND {hour_end} > b.b0 "
+           + where
            + (f"GROUP BY {', '.join(cols)}" if cols else ""))
     with connection.cursor() as cur:
         cur.execute(sql, params + scope)

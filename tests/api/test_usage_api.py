@@ -97,7 +97,7 @@ def test_idle_gpu_hours_stand_beside_the_used_ones_in_every_grouping(people) -> 
 
     lease = Lease.objects.get(user__username="ann", pool__name="gpus")
     for hour, seconds in ((DAY + timedelta(hours=22), 3600.0), (DAY + timedelta(days=1, hours=1), 1800.0)):
-        IdleUsage.objects.create(lease=lease, team=lease.team, pool=lease.pool, model="NVIDIA H100 80GB HBM3",
+        IdleUsage.objects.create(team=lease.team, pool=lease.pool, user=lease.user, model="NVIDIA H100 80GB HBM3",
                                  hour=hour, gpu_seconds=seconds)
     assert _rows(people["admin"]) == [_u("team", "a", 22.0, 1.5), _u("team", "b", 4.0)]
     assert _rows(people["admin"], group_by="day") == [_u("day", "2026-11-10", 8.0, 1.0),
