@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('allocation', '0010_sso'),
+        ('allocation', '0012_shell_sessions'),
         ('inventory', '0006_host_probe_backoff'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
