@@ -1,5 +1,7 @@
-"""`gpupool run -- CMD` requests a lease with a process binding, says where it runs, follows it to
-the end and exits with the workload's exit code."""
+"""`gpupool run -- CMD` requests a lease with a process binding, says where it runs, passes its
+output on, follows it to the end and exits with the workload's exit code. Here on the simulated
+fleet, whose workloads end after `duration_s` (the worker's 1 s) and write a made-up log; real
+workloads (the test sshd, the Kubernetes test server): tests/cli/workloads/."""
 
 from __future__ import annotations
 
@@ -13,7 +15,10 @@ def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker
     code, out, err = server.run("run", "--gpus", "2", "--pool", "training", "--env", "SEED=7", "--poll", "0.1",
                                 "--", "python", "train.py", "--epochs", "1")
     assert code == 0, err
-    assert out == ""  # progress goes to stderr: stdout stays clean for scripts
+    # stdout is the workload's output only (progress goes to stderr): here the simulated log
+    lines = out.splitlines()
+    assert lines[0].startswith("[simulated] process of lease") and lines[0].endswith("python train.py --epochs 1")
+    assert lines[-1] == "[simulated] exited with code 0"
     assert "running on demo-node-" in err
     assert "lease released: simulated workload finished" in err
 
