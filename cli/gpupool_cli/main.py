@@ -6,7 +6,8 @@
     gpupool request --gpus 2 [--pool P --model H100 --ttl 2h --spread --priority high --wait --timeout 10m]
                     [--source S --host H --label k=v]
     gpupool run --gpus 1 [--image IMAGE] -- python train.py      (its output, then its exit code)
-    gpupool ls [--all] [-w] | show ID | renew ID [--ttl 2h] | release ID | cancel ID | top
+    gpupool ls [--all] [-w] | show ID | logs ID [-f] [--tail N] | renew ID [--ttl 2h] | release ID | cancel ID | top
+    gpupool notify --on granted,preempted --webhook URL | --email [ADDR];  notify ls | rm NAME
     gpupool reservations [list | create --pool P --team T --gpus 4 --start ISO --for 2h | cancel ID]
     gpupool completion bash|zsh|fish
 
@@ -23,7 +24,7 @@ from types import FrameType
 
 import click
 
-from gpupool_cli import __version__, contexts, fleet, leases, requesting, reservations, running, top
+from gpupool_cli import __version__, contexts, fleet, leases, logs, notify, requesting, reservations, running, top
 from gpupool_cli.errors import EXIT_CODES, EXIT_INTERRUPTED, CliError, Terminated
 from gpupool_cli.options import global_options
 
@@ -40,7 +41,7 @@ def cli() -> None:
     """Ask for GPUs from a gpupool server, run on them, and see the pool."""
 
 
-for _module in (contexts, fleet, requesting, running, leases, top, reservations):
+for _module in (contexts, fleet, requesting, running, leases, logs, top, reservations, notify):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 
