@@ -1,6 +1,6 @@
 """`gpupool`: the command-line client of the gpupool REST API.
 
-    echo $TOKEN | gpupool login --url http://pool:8000 --with-token [--context NAME]
+    echo $TOKEN | gpupool login --url http://pool:8000 --with-token [--context NAME]   (or --sso)
     gpupool config get-contexts | use-context NAME
     gpupool pools | gpus [--pool P --state S --host H --model M] | hosts      (each with --watch)
     gpupool request --gpus 2 [--pool P --model H100 --ttl 2h --spread --priority high --wait --timeout 10m]
