@@ -9,8 +9,10 @@ as does any error of ours while it is held."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +37,8 @@ from gpupool_cli.output import parse_time
 from gpupool_cli.requesting import cancel, create_lease, default_pool, request_body, wait_for_grant
 from gpupool_cli.waiting import ENDED, HOLDING, Follower, StatusLine
 
-DRAIN_S = 10.0  # once the lease ended, how long its log may take to bring the last bytes
+DRAIN_S = 10.0  # once the workload stopped, how long its log may take to bring the last bytes
+STOPPING_MAX_S = 900.0  # how long an ended lease's workload is read while it is being stopped
 END_CODES = {"preempted": EXIT_PREEMPTED, "lost": EXIT_LOST, "expired": EXIT_EXPIRED, "failed": EXIT_FAILED}
 
 
@@ -155,7 +158,7 @@ class Run:
             raise
         if self.logs and self.reader is None:  # it ended before it was seen running
             self._start_reader(follow=False)
-        self._drain()
+        self._drain(lease)
         return lease
 
     def _follower(self, line: StatusLine) -> Follower:
@@ -189,11 +192,22 @@ class Run:
         except Exception as exc:  # the thread must say why the output stopped, not die silently
             self.ctx.note(f"reading the output of lease {self.lease['id']} failed: {exc!r}", style="yellow")
 
-    def _drain(self) -> None:
-        """Let the reader pass on the last bytes of an ended workload, for DRAIN_S at most."""
-        if self._thread is not None:
-            self._thread.join(DRAIN_S)
-            self._stop_reader()
+    def _drain(self, lease: dict[str, Any]) -> None:
+        """Let the reader pass on the last bytes of an ended lease's workload: DRAIN_S once it is
+        stopped, and for as long as it is being stopped (a preemption's grace: what it writes
+        meanwhile, a checkpoint's messages, is shown), up to STOPPING_MAX_S."""
+        if self._thread is None:
+            return
+        now = time.monotonic()
+        deadline, cap = now + DRAIN_S, now + STOPPING_MAX_S
+        while self._thread.is_alive() and time.monotonic() < min(deadline, cap):
+            self._thread.join(1.0)
+            if lease.get("stopping") and self._thread.is_alive():
+                with contextlib.suppress(CliError):  # the server away: the last answer stands
+                    lease = self.ctx.client.get(f"leases/{lease['id']}/")
+                if lease.get("stopping"):
+                    deadline = time.monotonic() + DRAIN_S
+        self._stop_reader()
 
     def _stop_reader(self) -> None:
         if self.reader is not None:
