@@ -151,10 +151,11 @@ class Run:
             self._stop_reader()
             cancel(self.ctx, self.lease["id"], stop_name(stop), self.follower.last, self.line.waited)
             raise
-        except CliError as exc:
+        except Exception as exc:  # ours (a revoked token) or a bug: the GPUs must not stay held
             self._stop_reader()
             if self.follower.last is not None and self.follower.last["state"] in HOLDING:
-                cancel(self.ctx, self.lease["id"], f"error: {exc.message}", self.follower.last, self.line.waited)
+                why = exc.message if isinstance(exc, CliError) else repr(exc)
+                cancel(self.ctx, self.lease["id"], f"error: {why}", self.follower.last, self.line.waited)
             raise
         if self.logs and self.reader is None:  # it ended before it was seen running
             self._start_reader(follow=False)

@@ -32,3 +32,11 @@ def test_run_binds_the_command_follows_it_and_exits_with_its_code(server, worker
 def test_run_without_a_command_is_a_usage_error(server) -> None:
     code, _, err = server.run("run", "--gpus", "1", "--pool", "training")
     assert code == 2 and err.startswith("error: say what to run after --")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_with_no_logs_follows_the_lease_only(server, worker) -> None:
+    code, out, err = server.run("run", "--gpus", "1", "--pool", "training", "--no-logs", "--poll", "0.1", "--",
+                                "python", "train.py")
+    assert (code, out) == (0, ""), err
+    assert "lease released: simulated workload finished" in err
