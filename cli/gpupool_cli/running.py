@@ -196,9 +196,12 @@ class Run:
     def _drain(self, lease: dict[str, Any]) -> None:
         """Let the reader pass on the last bytes of an ended lease's workload: DRAIN_S once it is
         stopped, and for as long as it is being stopped (a preemption's grace: what it writes
-        meanwhile, a checkpoint's messages, is shown), up to STOPPING_MAX_S."""
+        meanwhile, a checkpoint's messages, is shown), up to STOPPING_MAX_S. Not for a lost
+        lease: its host is gone, and a stop there may never be confirmed."""
         if self._thread is None:
             return
+        if lease["state"] == "lost":
+            lease = {**lease, "stopping": None}
         now = time.monotonic()
         deadline, cap = now + DRAIN_S, now + STOPPING_MAX_S
         while self._thread.is_alive() and time.monotonic() < min(deadline, cap):
