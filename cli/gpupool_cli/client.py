@@ -75,9 +75,10 @@ def _session(retry: Retry, token: str) -> requests.Session:
     adapter = HTTPAdapter(max_retries=retry)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
-    # `Token`, not `Bearer`: servers before Bearer was accepted know only this one.
-    session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json",
-                            "User-Agent": f"gpupool-cli/{__version__}"})
+    session.headers.update({"Accept": "application/json", "User-Agent": f"gpupool-cli/{__version__}"})
+    if token:  # none before a login (the single sign-on calls are anonymous)
+        # `Token`, not `Bearer`: servers before Bearer was accepted know only this one.
+        session.headers["Authorization"] = f"Token {token}"
     return session
 
 
@@ -126,13 +127,26 @@ class Client:
         if response_headers is not None:
             response_headers.update(response.headers)
         if response.status_code >= 400:
-            raise _api_error(response)
+            raise api_error(response)
         if not response.content:
             return None
         try:
             return response.json()
         except ValueError as exc:
             raise CliError(f"{url} answered something that is not JSON", code="bad_response") from exc
+
+    def stream(self, path: str, params: dict[str, str], *, read_timeout: float | None) -> requests.Response:
+        """GET `path` for reading as it comes (a log), whatever the answer's status: the caller
+        reads the body or makes the error of it (`api_error`). Only a refused connection is tried
+        again here; a stream that breaks is the caller's to resume."""
+        try:
+            return self.once.get(self.base + path.lstrip("/"), params=params, stream=True,
+                                 headers={"Accept": "text/plain, application/json"},
+                                 timeout=(TIMEOUT[0], read_timeout))
+        except requests.Timeout as exc:
+            raise CliError(f"{self.base} did not answer in time", code="timeout", transient=True) from exc
+        except requests.ConnectionError as exc:
+            raise CliError(f"cannot reach {self.base}{_why(exc)}", code="unreachable", transient=True) from exc
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v not in (None, "")})
@@ -198,7 +212,8 @@ def _why(exc: BaseException | None) -> str:
     return f" ({said})" if said else ""
 
 
-def _api_error(response: requests.Response) -> ApiError:
+def api_error(response: requests.Response) -> ApiError:
+    """The ApiError of an error answer (its JSON error body, else its status)."""
     try:
         body = response.json()
     except ValueError:

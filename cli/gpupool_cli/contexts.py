@@ -1,5 +1,6 @@
-"""Servers and identities: `login`, `config get-contexts|use-context|current-context|delete-context`,
-and `completion` (the shell's completion script)."""
+"""Servers and identities: `login` (a token, or single sign-on: sso.py),
+`config get-contexts|use-context|current-context|delete-context`, and `completion` (the shell's
+completion script)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpupool_cli.client import Client
 from gpupool_cli.errors import UsageError
 from gpupool_cli.options import current, global_options, no_headers_option
 from gpupool_cli.output import table
+from gpupool_cli.sso import can_open_browser, device_login
 
 
 def _token_from_stdin() -> str:
@@ -29,15 +31,21 @@ def _token_from_stdin() -> str:
               help="read the token from standard input (echo $TOKEN | gpupool login --url URL --with-token)")
 @click.option("--token", "token_arg", metavar="TOKEN",
               help="the token on the command line (it stays in your shell history: prefer --with-token)")
+@click.option("--sso", is_flag=True,
+              help="sign in through the server's single sign-on: a code to confirm in a browser, on any device")
+@click.option("--no-browser", is_flag=True, help="with --sso: print the sign-in address, do not open a browser")
 @click.option("--context", "name", default=config.DEFAULT_CONTEXT, show_default=True, metavar="NAME",
               help="save it under this context name (and make it the current one)")
-def cmd_login(server_url: str, with_token: bool, token_arg: str | None, name: str) -> int:
+def cmd_login(server_url: str, with_token: bool, token_arg: str | None, sso: bool, no_browser: bool,
+              name: str) -> int:
     """Check a server URL and token, then save them as a context for later commands.
 
-    Without --with-token or --token, asks for the token (hidden) on a terminal."""
-    if with_token and token_arg:
-        raise UsageError("give the token one way: --with-token (stdin) or --token")
+    Without --with-token, --token or --sso, asks for the token (hidden) on a terminal."""
+    if with_token + bool(token_arg) + sso > 1:
+        raise UsageError("log in one way: --with-token (stdin), --token or --sso")
     config.check_name(name)
+    if sso:
+        return _sso_login(server_url.rstrip("/"), name, open_browser=not no_browser and can_open_browser())
     if with_token:
         token = _token_from_stdin()
     elif token_arg:
@@ -50,6 +58,16 @@ def cmd_login(server_url: str, with_token: bool, token_arg: str | None, name: st
     Client(cfg).get("pools/", limit=1)  # refuse to save a URL or token that does not work
     path = config.save(cfg, name=name)
     click.echo(f"logged in to {cfg.url} as context {name!r}; settings saved to {path}")
+    return 0
+
+
+def _sso_login(url: str, name: str, *, open_browser: bool) -> int:
+    done = device_login(url, say=lambda text: click.echo(text, err=True), open_browser=open_browser)
+    path = config.save(config.Config(url=url, token=str(done["token"])), name=name)
+    teams = ", ".join(done.get("teams") or []) or "none"
+    admin = "; pool admin" if done.get("pool_admin") else ""
+    click.echo(f"logged in to {url} as {done.get('username')} (teams: {teams}{admin}; the token expires "
+               f"{done.get('expires_at') or 'never'}) as context {name!r}; settings saved to {path}")
     return 0
 
 

@@ -7,6 +7,14 @@ EXIT_OK = 0
 EXIT_API = 1  # the server refused or failed (or could not be reached)
 EXIT_USAGE = 2  # bad flags or arguments, an ambiguous id prefix
 EXIT_NOT_FOUND = 3  # no such lease, pool, team…, or not yours / not allowed (401, 403, 404)
+# `run`: how the lease ended when its workload did not end on its own (so it has no exit code).
+# 75-79 after sysexits' EX_TEMPFAIL (75: "try again later"), clear of 124/130/143 and of the
+# shell's 126-128+N; a workload may exit with these itself: `-o json` tells the two apart.
+EXIT_PREEMPTED = 75  # preempted (a higher priority, fair share, idle reclaim, a capacity move)
+EXIT_LOST = 76  # its host or GPUs went away
+EXIT_EXPIRED = 77  # its TTL passed without renewal
+EXIT_FAILED = 78  # the workload could not start (bind failed, pod never ran), or the lease was refused
+EXIT_ENDED = 79  # released by someone else, or the workload vanished, with no exit status
 EXIT_TIMEOUT = 124  # --timeout passed before the lease was granted (it was cancelled), as timeout(1)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
@@ -17,9 +25,14 @@ EXIT_CODES = (
     (EXIT_API, "the server refused the request, failed, or could not be reached"),
     (EXIT_USAGE, "usage: bad flags or arguments, an id prefix that matches several leases"),
     (EXIT_NOT_FOUND, "not found or not allowed: unknown lease, pool, team or priority class, bad token"),
+    (EXIT_PREEMPTED, "run: the lease was preempted (the reason is printed on stderr)"),
+    (EXIT_LOST, "run: the lease was lost (its host or GPUs went away)"),
+    (EXIT_EXPIRED, "run: the lease expired"),
+    (EXIT_FAILED, "run: the workload could not start, or the lease failed"),
+    (EXIT_ENDED, "run: the lease was released by someone else, or the workload vanished, with no exit code"),
     (EXIT_TIMEOUT, "--timeout passed while waiting (the lease was cancelled)"),
-    (EXIT_INTERRUPTED, "interrupted by Ctrl-C (a waiting lease was cancelled)"),
-    (EXIT_TERMINATED, "terminated by SIGTERM (a waiting lease was cancelled)"),
+    (EXIT_INTERRUPTED, "interrupted by Ctrl-C (a waiting lease was cancelled, a running one released)"),
+    (EXIT_TERMINATED, "terminated by SIGTERM (a waiting lease was cancelled, a running one released)"),
 )
 
 # HTTP statuses that say "try again": a proxy in front of a restarting server, an overloaded one.

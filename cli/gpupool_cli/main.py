@@ -1,12 +1,13 @@
 """`gpupool`: the command-line client of the gpupool REST API.
 
-    echo $TOKEN | gpupool login --url http://pool:8000 --with-token [--context NAME]
+    echo $TOKEN | gpupool login --url http://pool:8000 --with-token [--context NAME]   (or --sso)
     gpupool config get-contexts | use-context NAME
     gpupool pools | gpus [--pool P --state S --host H --model M] | hosts      (each with --watch)
     gpupool request --gpus 2 [--pool P --model H100 --ttl 2h --spread --priority high --wait --timeout 10m]
                     [--source S --host H --label k=v]
-    gpupool run --gpus 1 -- python train.py
-    gpupool ls [--all] [-w] | show ID | renew ID [--ttl 2h] | release ID | cancel ID | top
+    gpupool run --gpus 1 [--image IMAGE] -- python train.py      (its output, then its exit code)
+    gpupool ls [--all] [-w] | show ID | logs ID [-f] [--tail N] | renew ID [--ttl 2h] | release ID | cancel ID | top
+    gpupool notify --on granted,preempted --webhook URL | --email [ADDR];  notify ls | rm NAME
     gpupool reservations [list | create --pool P --team T --gpus 4 --start ISO --for 2h | cancel ID]
     gpupool completion bash|zsh|fish
 
@@ -23,7 +24,20 @@ from types import FrameType
 
 import click
 
-from gpupool_cli import __version__, contexts, fleet, leases, pod_exec, requesting, reservations, shells, top
+from gpupool_cli import (
+    __version__,
+    contexts,
+    fleet,
+    leases,
+    logs,
+    notify,
+    pod_exec,
+    requesting,
+    reservations,
+    running,
+    shells,
+    top,
+)
 from gpupool_cli.errors import EXIT_CODES, EXIT_INTERRUPTED, CliError, Terminated
 from gpupool_cli.options import global_options
 
@@ -40,7 +54,7 @@ def cli() -> None:
     """Ask for GPUs from a gpupool server, run on them, and see the pool."""
 
 
-for _module in (contexts, fleet, requesting, leases, shells, pod_exec, top, reservations):
+for _module in (contexts, fleet, requesting, running, leases, logs, shells, pod_exec, top, reservations, notify):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 

@@ -1,4 +1,4 @@
-"""Asking for GPUs: `request` (and `--wait`), `run -- CMD`.
+"""Asking for GPUs: `request` (and `--wait`); what `run -- CMD` (running.py) shares with it.
 
 A wait outlives the server: transient failures are retried until the deadline (waiting.py). The
 lease is cancelled only by the user, Ctrl-C or SIGTERM, or by `--timeout`, and the reason sent
@@ -7,23 +7,23 @@ with the cancel (kept in the lease's audit trail) says which, with what it was s
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from gpupool_cli.context import Ctx
-from gpupool_cli.errors import EXIT_API, ApiError, CliError, NotFound, Terminated, UsageError, WaitTimeout, stop_name
+from gpupool_cli.errors import ApiError, CliError, NotFound, Terminated, UsageError, WaitTimeout, stop_name
 from gpupool_cli.leases import lease_block
 from gpupool_cli.options import current, global_options, key_values, lease_request_options
-from gpupool_cli.output import format_duration, parse_duration, parse_time
+from gpupool_cli.output import format_duration, parse_duration
 from gpupool_cli.waiting import ENDED, HOLDING, Follower, StatusLine
 
 CANCEL_BUDGET_S = 30.0  # how long a cancel is retried while the server does not answer
 MAX_REASON = 500  # the API's limit on a release reason
 
 
-def _default_pool(ctx: Ctx) -> str:
+def default_pool(ctx: Ctx) -> str:
+    """The server's only pool; a usage error when it has several, an error when none."""
     pools = [p["name"] for p in ctx.client.all("pools/")]
     if len(pools) == 1:
         return str(pools[0])
@@ -33,7 +33,7 @@ def _default_pool(ctx: Ctx) -> str:
 
 
 def request_body(ctx: Ctx, opts: dict[str, Any], binding: dict[str, Any] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"pool": opts["pool"] or _default_pool(ctx), "gpus": opts["gpus"],
+    body: dict[str, Any] = {"pool": opts["pool"] or default_pool(ctx), "gpus": opts["gpus"],
                             "same_host": opts["same_host"]}
     if opts["ttl"]:
         body["ttl_seconds"] = parse_duration(opts["ttl"])
@@ -145,71 +145,4 @@ def cmd_request(wait: bool, **opts: Any) -> int:
     return 0
 
 
-def _exit_code(lease: dict[str, Any]) -> int:
-    """The workload's exit code when known; else 0 for a clean release, 1 for any other end."""
-    status = (lease.get("binding") or {}).get("status") or {}
-    if isinstance(status.get("exit_code"), int):
-        return min(max(int(status["exit_code"]), 0), 255)
-    return 0 if lease["state"] == "released" else EXIT_API
-
-
-@click.command("run", context_settings={"allow_interspersed_args": False})
-@lease_request_options
-@click.option("--env", multiple=True, metavar="KEY=VALUE", help="environment variable (repeatable)")
-@click.argument("workload", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND...")
-@global_options
-def cmd_run(env: tuple[str, ...], workload: tuple[str, ...], **opts: Any) -> int:
-    """Request GPUs and run a command on them: gpupool run --gpus 1 -- python train.py
-
-    Exits with the command's exit code. Ctrl-C or SIGTERM cancels the request, or releases the
-    lease (ending the command) once it runs."""
-    ctx = current()
-    command = list(workload)
-    if not command:
-        raise UsageError("say what to run after --, e.g. gpupool run --gpus 1 -- python train.py")
-    binding = {"kind": "process", "command": command, "env": key_values(env, "--env")}
-    lease = create_lease(ctx, request_body(ctx, opts, binding))
-    lease_id = lease["id"]
-    if not ctx.machine:
-        ctx.note(f"requested lease {lease_id}")
-    lease = wait_for_grant(ctx, lease_id, opts)
-    if lease["state"] in HOLDING:
-        if not ctx.machine:
-            ctx.note(f"running on {lease['host']}: {', '.join(lease['gpus'])}", style="green")
-        lease = follow_workload(ctx, lease, opts["poll"])
-    if ctx.machine:
-        ctx.dump(lease)
-    else:
-        ctx.note(f"lease {lease['state']}: {lease.get('reason') or ''}")
-    return _exit_code(lease)
-
-
-def follow_workload(ctx: Ctx, lease: dict[str, Any], poll_s: float) -> dict[str, Any]:
-    """Follow a granted lease until it ends, renewing it as it goes; Ctrl-C or SIGTERM releases it."""
-    line = StatusLine(ctx)
-    follower = Follower(ctx, lease["id"], line, poll_s=poll_s)
-    follower.last = lease
-    try:
-        with line:
-            return follower.until(lambda x: x["state"] in ENDED, on_poll=lambda x: _heartbeat(ctx, x))
-    except (KeyboardInterrupt, Terminated) as stop:
-        cancel(ctx, lease["id"], stop_name(stop), follower.last, line.waited)
-        raise
-
-
-def _heartbeat(ctx: Ctx, lease: dict[str, Any]) -> None:
-    """Renew a running lease once less than half its TTL is left: it lives as long as we follow.
-    A failed renewal is tried again at the next answer (the lease has half its TTL left)."""
-    expires = parse_time(lease.get("expires_at"))
-    if lease["state"] not in HOLDING or expires is None:
-        return
-    left = (expires - datetime.now(UTC)).total_seconds()
-    if left < lease["ttl_seconds"] / 2:
-        try:
-            ctx.client.post(f"leases/{lease['id']}/renew/", {}, idempotent=True)
-        except CliError as exc:
-            if not exc.transient:
-                raise
-
-
-COMMANDS = (cmd_request, cmd_run)
+COMMANDS = (cmd_request,)

@@ -12,10 +12,9 @@ import pytest
 
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease
-from stacktools.processes import Proc, answers, running, web_command
-from stacktools.ready import free_port
+from stacktools.processes import Proc
 from tests.cli.streams import Lines
-from tests.support.processes import process_env
+from tests.support.processes import killable_web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,11 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def web(server: Any, tmp_path: Any) -> Iterator[tuple[Proc, str]]:
     """The production web server (gunicorn + uvicorn: long polls) on a port of its own."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = Proc("web server", web_command(port, 1), process_env(GPUPOOL_AUTOSCHEDULE="0"), tmp_path / "web.log",
-                answers(f"{url}/healthz"))
-    with running([proc], timeout=60):
+    with killable_web_server(tmp_path / "web.log", GPUPOOL_AUTOSCHEDULE="0") as (proc, url):
         yield proc, url
 
 

@@ -50,9 +50,16 @@ def celery_worker(log_path: Path, **env: str) -> Iterator[Proc]:
 def web_server(log_path: Path, **env: str) -> Iterator[str]:
     """The production web server (gunicorn + uvicorn worker on pool.asgi) on a free loopback
     port; yields its base URL once /healthz answers."""
+    with killable_web_server(log_path, **env) as (_, url):
+        yield url
+
+
+@contextmanager
+def killable_web_server(log_path: Path, **env: str) -> Iterator[tuple[Proc, str]]:
+    """`web_server`, with its Proc too: a test may kill9() it and start() it again."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path.unlink(missing_ok=True)
     with stack_running([Proc("web server", web_command(port, 1), process_env(**env), log_path,
-                             answers(f"{url}/healthz"))], timeout=60):
-        yield url
+                             answers(f"{url}/healthz"))], timeout=60) as (proc,):
+        yield proc, url
