@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from allocation.policy import codes
+
 
 class LeaseState(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -19,6 +21,12 @@ HOLDING_STATES = (LeaseState.GRANTED, LeaseState.BOUND)
 ACTIVE_STATES = (LeaseState.PENDING, *HOLDING_STATES)
 END_STATES = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
               LeaseState.LOST)
+
+
+# Why a pending lease waits (allocation.policy.codes.PendingCode, the one list, whose members the
+# writers use): the model's, the filters' and the serializers' choices. "" on a lease that is not
+# pending.
+PENDING_CODES: list[tuple[str, str]] = [(code.value, codes.LABELS[code]) for code in codes.PendingCode]
 
 
 class BindingKind(models.TextChoices):

@@ -5,7 +5,7 @@ import django_filters
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from allocation.choices import LeaseState, ReservationState
+from allocation.choices import PENDING_CODES, LeaseState, ReservationState
 from allocation.models import AuditEvent, Lease, NotificationDelivery, Quota, Reservation
 from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, StrictFilterSet
 
@@ -15,6 +15,9 @@ class LeaseFilterSet(StrictFilterSet):
                                                 help_text="Lease state; repeat for several.")
     active = BooleanFilter(method="filter_active",
                                           help_text="true: pending, granted or bound; false: ended.")
+    pending_code = django_filters.MultipleChoiceFilter(
+        choices=PENDING_CODES, help_text="Why a pending lease waits (its `pending_code`); repeat for several. "
+                                               "Only pending leases carry one.")
     team = django_filters.CharFilter(field_name="team__name", help_text="Team name, exact.")
     pool = django_filters.CharFilter(field_name="pool__name", help_text="Pool name, exact.")
     user = django_filters.CharFilter(field_name="user__username", help_text="User name of the requester.")
@@ -24,7 +27,7 @@ class LeaseFilterSet(StrictFilterSet):
 
     class Meta:
         model = Lease
-        fields = ["state", "active", "team", "pool", "user", "host", "priority_class"]
+        fields = ["state", "active", "pending_code", "team", "pool", "user", "host", "priority_class"]
 
     def filter_active(self, queryset: QuerySet[Lease], name: str, value: bool) -> QuerySet[Lease]:
         active = ("pending", "granted", "bound")

@@ -1,7 +1,7 @@
 """Prometheus series computed at scrape time from the database (no state kept in the process), so
 every web process serves the same numbers whichever worker did the work.
 
-Gauges: GPUs by pool and state, leases by pool and state, pending leases per pool, GPUs each team
+Gauges: GPUs by pool and state, leases by pool and state, pending leases per pool and pending code, GPUs each team
 holds per pool, ledger drift per check. Counters and histograms from durable rows: preemptions by
 pool and cause (the `lease.preempt` audit events), and the admission time of every lease ever
 granted (created → granted). Each series is one grouped query; the admission histogram scans the
@@ -49,18 +49,29 @@ def _leases() -> Iterator[GaugeMetricFamily]:
 
     from allocation.choices import ACTIVE_STATES
     from allocation.models import Lease
-    from allocation.selectors import pending_by_pool
     from inventory.models import Pool
 
     leases = GaugeMetricFamily("gpupool_leases", "Leases by pool and state", labels=["pool", "state"])
     for row in Lease.objects.filter(state__in=ACTIVE_STATES).values("pool__name", "state").annotate(n=Count("pk")):
         leases.add_metric([row["pool__name"], row["state"]], row["n"])
     yield leases
-    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool", labels=["pool"])
-    names = dict(Pool.objects.values_list("pk", "name"))
-    for pool_id, queue in pending_by_pool().items():
-        pending.add_metric([names[pool_id]], queue.leases)
-    yield pending
+    yield _pending(dict(Pool.objects.values_list("pk", "name")))
+
+
+def _pending(names: dict[int, str]) -> GaugeMetricFamily:
+    """Pending leases by pool and why they wait (`code`, allocation.policy.codes); summed over
+    `code`, a pool's queue. Every known code of every pool has a series, 0 when none waits so."""
+    from allocation.policy.codes import PendingCode
+    from allocation.selectors import pending_by_code
+
+    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool and pending code",
+                                labels=["pool", "code"])
+    counts = pending_by_code()
+    known = [code.value for code in PendingCode]
+    for pool_id, name in sorted(names.items(), key=lambda item: item[1]):
+        for code in (*known, *sorted(c for p, c in counts if p == pool_id and c not in known)):
+            pending.add_metric([name, code], counts.get((pool_id, code), 0))
+    return pending
 
 
 def _team_gpus_held() -> GaugeMetricFamily:

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from allocation.choices import HOLDING_STATES, BindingKind, LeaseState, ReservationState
+from allocation.choices import HOLDING_STATES, PENDING_CODES, BindingKind, LeaseState, ReservationState
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.where import selector_of
@@ -140,6 +140,9 @@ class Lease(models.Model):
                              related_name="leases")
     gpus = models.ManyToManyField(Gpu, through="LeaseGpu", related_name="leases")
     reason = models.TextField(blank=True, default="")
+    # Why it is pending, as a stable code (allocation.policy.codes), written with `reason` by the
+    # same statements; "" once it is no longer pending.
+    pending_code = models.CharField(max_length=32, choices=PENDING_CODES, blank=True, default="")
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

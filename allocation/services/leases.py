@@ -17,6 +17,7 @@ from allocation.choices import END_STATES, BindingKind, LeaseState
 from allocation.lease_states import lease_end
 from allocation.models import Budget, Lease, PriorityClass, Quota, Team
 from allocation.outbox import change_of, outbox_cte, publish_after_commit
+from allocation.policy.codes import PendingCode
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
@@ -149,7 +150,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                   same_host=same_host, selector=selector or {}, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
-                  request_fingerprint=fingerprint, reason=reason)
+                  request_fingerprint=fingerprint, reason=reason, pending_code=PendingCode.NEXT_PASS)
     event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
                   message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}"
                           + (f"; {note['demoted']['reason']}" if note else ""),
