@@ -104,6 +104,17 @@ def never_fits(req: RequestView, bound: int) -> str:
             f"{req.gpus} can never be granted")
 
 
+def queue_full(req: RequestView, cap: str, limit: int, pending: int) -> str:
+    """A new lease over its team's queue cap in the pool; `cap` is the key of
+    `pools[].queue_caps`, `pending` what the team's queue holds of it now."""
+    then = "; wait for some to be granted, or release some"
+    if cap == "pending_leases_per_team":
+        return (f"team {req.team} already has {pending} pending lease{'' if pending == 1 else 's'} in pool "
+                f"{req.pool}, its cap (queue_caps.{cap}: {limit}){then}")
+    return (f"team {req.team}'s pending leases in pool {req.pool} ask for {_gpus(pending)}; {req.gpus} more would "
+            f"go over its cap (queue_caps.{cap}: {limit}){then}")
+
+
 def no_model_to_reserve(view: ReservationView) -> str:
     return f"no GPU of model {view.model!r} in pool {view.pool}"
 
