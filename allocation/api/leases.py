@@ -13,8 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
-from rest_framework.throttling import BaseThrottle, UserRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
 from allocation.api.serializers import (
@@ -25,23 +24,13 @@ from allocation.api.serializers import (
     RenewQuerySerializer,
     RenewSerializer,
 )
+from allocation.api.throttles import LeaseCreateThrottle
 from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
 from allocation.selectors import lease_list
 from allocation.services.leases import lease_create, lease_release, lease_renew
 from core.api.viewsets import ReadOnlyViewSet
 from core.errors import DomainError
-
-
-class LeaseCreateThrottle(UserRateThrottle):
-    """Lease requests per user (`GPUPOOL_LEASE_RATE`, default 600/min); reads the rate at request
-    time so an override of REST_FRAMEWORK in tests or settings takes effect."""
-
-    scope = "lease_create"
-
-    def get_rate(self) -> str | None:
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        return None if rate is None else str(rate)
 
 
 @extend_schema_view(

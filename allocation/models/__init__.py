@@ -170,7 +170,11 @@ class Lease(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"])]
+        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"]),
+                   # A team's queue in a pool, as the queue caps count it at every lease request
+                   # (allocation.services.queue_caps): an index-only scan of that queue alone.
+                   models.Index(fields=["pool", "team"], include=["gpu_count"], condition=Q(state="pending"),
+                                name="lease_pending_queue")]
         constraints = [
             models.CheckConstraint(condition=Q(gpu_count__gte=1), name="lease_gpu_count_positive"),
             models.UniqueConstraint(fields=["user", "idempotency_key"],
