@@ -80,7 +80,10 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
                                "`budget_exhausted` when a spent `block_new` GPU-hour budget of the team "
                                "refuses it (`details`: the budget, `used_gpu_hours`, `gpu_hours`, "
                                "`resets_at`); a spent `lower_priority` budget gives it the lowest priority "
-                               "class instead, and its `reason` says so.",
+                               "class instead, and its `reason` says so. 429 `queue_full` when the team's "
+                               "queue in the pool is at one of the pool's `queue_caps` (`details`: `cap`, "
+                               "`limit`, `pending_leases`, `pending_gpus`); 429 `throttled`, with Retry-After, "
+                               "over the user's lease rate. A new lease's `pending_code` is `next_pass`.",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
                                                 description="Same key + same body returns the same lease.")])
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -113,8 +113,8 @@ def test_the_queue_filters_by_why_a_lease_waits(fleet: Any, client_for: Any) -> 
     too_big, html = _get(admin, "/queue/?pending_code=too_big")
     assert [lease.gpu_count for lease in too_big.context["leases"]] == [9]
     assert 'id="queue-pending_code"' in html and 'data-code="too_big"' in html
-    either, _ = _get(admin, "/queue/?pending_code=no_capacity")
-    assert either.context["page"].total == by_code.get("no_capacity", 0)
+    no_room, _ = _get(admin, "/queue/?pending_code=no_capacity")
+    assert no_room.context["page"].total == by_code.get("no_capacity", 0)
     unknown, html = _get(admin, "/queue/?pending_code=bogus")
     assert unknown.context["page"].total == 121  # not a choice: dropped, and said so on the page
     assert "bogus" in html
