@@ -9,9 +9,9 @@ COPY allocation ./allocation
 COPY history ./history
 COPY agents ./agents
 COPY frontend ./frontend
-COPY gpupool_cli ./gpupool_cli
+COPY cli ./cli
 COPY manage.py ./
 COPY examples ./examples
-RUN pip install --no-cache-dir . && mkdir -p /var/lib/gpupool
+RUN pip install --no-cache-dir ./cli . && mkdir -p /var/lib/gpupool
 EXPOSE 8000
 CMD ["gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -9,11 +9,11 @@ PORT ?= 8000
 install: $(VENV)/.installed
 
 # Reinstall only when the dependency list changes: quick when nothing changed.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml cli/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpupool needs Python >= 3.11 (set PYTHON=python3.11)")'
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet -e ./cli -e '.[test]'
 	@touch $@
 
 run: install

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -172,6 +172,72 @@ class BindingStatus:
         return dataclasses.asdict(self) | {"handle": dict(self.handle)}
 
 
+# --- workload output ----------------------------------------------------------------------------
+
+
+class LogStream:
+    """A workload's output (stdout and stderr as the workload wrote them), in chunks of bytes.
+
+    Iterate it in one thread; `close()` may come from any other (a client that went away) and
+    makes a blocked read return soon, after which iteration stops. `workload_ended` is True once
+    the stream ran out because the workload itself ended (its exit recorded, its container gone):
+    a follow that ends for that reason, so the caller may look at the workload's status at once.
+    A stream that breaks (host unreachable mid-way) raises AgentError from `__next__`.
+
+    Connectors subclass it: `chunks()` is the reader (a generator, which sets `workload_ended`
+    before it returns), `interrupt()` what makes its blocked read return (close a session or an
+    HTTP response), called once, by `close()`.
+    """
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.workload_ended = False
+        self._chunks: Iterator[bytes] | None = None
+
+    def chunks(self) -> Iterator[bytes]:
+        """The output, chunk by chunk, until it ends (or `closed` is set)."""
+        return iter(())
+
+    def interrupt(self) -> None:
+        """Make a read blocked in `chunks` return; called from another thread."""
+
+    def __iter__(self) -> LogStream:
+        return self
+
+    def __next__(self) -> bytes:
+        if self.closed:
+            raise StopIteration
+        if self._chunks is None:
+            self._chunks = self.chunks()
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise
+        except Exception:
+            if self.closed:  # the read failed because close() pulled the connection from under it
+                raise StopIteration from None
+            raise
+
+    def close(self) -> None:
+        """End the stream, from any thread; idempotent."""
+        if not self.closed:
+            self.closed = True
+            self.interrupt()
+
+
+def last_lines(data: bytes, count: int) -> tuple[bytes, bool]:
+    """The last `count` lines of `data` (a last line without its newline counts, as `tail` counts
+    it), and whether `data` held that many; all of `data` when it held fewer."""
+    if count <= 0:
+        return b"", True
+    cut = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(count):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            return data, False
+    return data[cut + 1 :], True
+
+
 # --- the connector ------------------------------------------------------------------------------
 
 T = TypeVar("T")
@@ -274,6 +340,13 @@ class Connector(ABC):
     def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
         """Report the workload's live status."""
         raise AgentError(f"source kind {self.kind!r} cannot observe workloads", permanent=True)
+
+    def logs(self, handle: Mapping[str, Any], *, tail: int | None, follow: bool) -> LogStream:
+        """The workload's output: its last `tail` lines (None: all of it), then, with `follow`,
+        what it writes as it writes it, until it ends. Connects before it returns, so that an
+        unreachable host or a log that is gone raises AgentError here rather than mid-stream
+        (`permanent=True`: the log no longer exists; transient: try again)."""
+        raise AgentError(f"source kind {self.kind!r} cannot read workload logs", permanent=True)
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> list[str]:

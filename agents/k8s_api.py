@@ -77,6 +77,21 @@ class KubeApi:
 
         return self.retrying(what, attempt)
 
+    def open_stream(self, what: str, method: str, *args: Any, read_timeout: float, **kwargs: Any) -> Any:
+        """Call `<method>` and return the answer unread: the urllib3 response, whose body the
+        caller reads as it comes (a pod's log) and closes. Its reads wait at most `read_timeout`
+        seconds each (`shutdown()` of the response, from another thread, ends a wait at once).
+        Errors as `call`'s, retried alike until the answer starts."""
+        api = self._api_with(method)
+
+        def attempt(timeout: float) -> Any:
+            try:
+                return _call(api, method, (timeout, read_timeout), *args, **kwargs)
+            except _Answered as answered:  # an error answer: the same meaning as for `call`
+                raise _refusal(what, answered.exc) from None
+
+        return self.retrying(what, attempt)
+
     def list(self, what: str, method: str, *args: Any, page_size: int, **kwargs: Any) -> list[dict[str, Any]]:
         """All items of a list call, `page_size` at a time, following `continue` tokens."""
         items: list[dict[str, Any]] = []
@@ -129,6 +144,11 @@ class KubeApi:
             self._api_client.close()
         self._api_client, self._apis = None, ()
 
+    def api_for(self, method: str) -> Any:
+        """The client's API object that has `method`, for a call `call` cannot make (an exec's
+        websocket stream)."""
+        return self._api_with(method)
+
     def _api_with(self, method: str) -> Any:
         """The API object (of this source's own ApiClient, built on first use) that has `method`."""
         for api in self._api():
@@ -171,20 +191,10 @@ class KubeApi:
 
 def _request(api: Any, what: str, method: str, timeout: float, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """One attempt of a call: RetryableError for what may pass, AgentError for what will not."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     try:
-        response = getattr(api, method)(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            raise Refused(exc.status, status_message(exc)) from None
-        problem, transient = _describe_api_error(exc)
-        if not transient:
-            raise AgentError(f"{what}: {problem}", permanent=True) from None
-        raise RetryableError(problem, retry_after=retry_after_s(exc.headers)) from None
-    except (HTTPError, OSError) as exc:  # refused, reset, timed out
-        raise RetryableError(_describe_transport_error(exc, timeout)) from None
+        response = _call(api, method, timeout, *args, **kwargs)
+    except _Answered as answered:
+        raise _refusal(what, answered.exc) from None
     try:
         answer = json.loads(response.data or b"{}")
     except ValueError:  # a proxy's HTML error page, a truncated answer
@@ -192,6 +202,40 @@ def _request(api: Any, what: str, method: str, timeout: float, *args: Any, **kwa
     if not isinstance(answer, dict):
         raise RetryableError("the answer is not a JSON object")
     return answer
+
+
+class _Answered(Exception):
+    """The API server answered with an error status (`exc`: the client's ApiException)."""
+
+    def __init__(self, exc: Any) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _call(api: Any, method: str, timeout: float | tuple[float, float], *args: Any, **kwargs: Any) -> Any:
+    """Send one request; the unread urllib3 response. Raises _Answered for an error status,
+    RetryableError when the server could not be reached or did not answer in time."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return getattr(api, method)(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
+    except ApiException as exc:
+        raise _Answered(exc) from None
+    except (HTTPError, OSError) as exc:  # refused, reset, timed out
+        seconds = timeout[0] if isinstance(timeout, tuple) else timeout
+        raise RetryableError(_describe_transport_error(exc, seconds)) from None
+
+
+def _refusal(what: str, exc: Any) -> Exception:
+    """An error answer as what the verbs expect: Refused (404, 409), a permanent AgentError, or
+    a RetryableError (5xx, 429)."""
+    if exc.status in (404, 409):
+        return Refused(exc.status, status_message(exc))
+    problem, transient = _describe_api_error(exc)
+    if not transient:
+        return AgentError(f"{what}: {problem}", permanent=True)
+    return RetryableError(problem, retry_after=retry_after_s(exc.headers))
 
 
 def retry_after_s(headers: Any) -> float | None:

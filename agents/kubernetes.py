@@ -32,11 +32,14 @@ from agents.base import (
     Connector,
     Discovery,
     HostFact,
+    LogStream,
 )
 from agents.k8s_api import KubeApi, Refused
 from agents.k8s_claim import build_claim, pod_claim, validate_claim
 from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, validate_device_binding, with_dra
 from agents.k8s_dra_api import DraCalls
+from agents.k8s_exec import KubernetesExec
+from agents.k8s_logs import PodLog
 from agents.k8s_nodes import node_to_host
 from agents.k8s_pod_manifest import build_pod, labelled_for, pod_name, validate_pod
 from agents.k8s_pod_status import events_text, pod_status
@@ -52,8 +55,9 @@ _ACTIVE_SCHEDULED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=
 _GONE_REASON = "pod deleted by someone else"
 
 
-class KubernetesConnector(Connector):
-    """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node."""
+class KubernetesConnector(KubernetesExec, Connector):
+    """GPU nodes of one Kubernetes cluster; `bind` runs a lease's Pod on the leased node; `exec`
+    runs a command in it (agents.k8s_exec)."""
 
     kind = "kubernetes"
     workloads: ClassVar[frozenset[str]] = frozenset({"pod"})
@@ -263,6 +267,13 @@ class KubernetesConnector(Connector):
             with contextlib.suppress(AgentError):  # the pod owns it: deleting the pod removes it too
                 self.dra.delete_claim(namespace, str(handle["claim"]))
         return status
+
+    def logs(self, handle: Mapping[str, Any], *, tail: int | None, follow: bool) -> LogStream:
+        """The pod's log through the API server (agents.k8s_logs), its first container's."""
+        stream = PodLog(self.api, *_handle_parts(handle), tail=tail, follow=follow,
+                        read_timeout=self.request_timeout_s, pending_wait_s=self.pending_deadline_s)
+        stream.open()
+        return stream
 
     def bind_handle(self, request: BindRequest) -> Mapping[str, Any] | None:
         """The lease's pod (and claim) by name, which is deterministic: `unbind` deletes them if

@@ -12,6 +12,8 @@ Config (a `sources` entry of kind `ssh`, secrets already decrypted by the caller
     command_timeout: 30                    # optional, seconds
     max_parallel: 16                       # optional: hosts read at once
     state_dir: ~/.gpupool                  # optional: where bound processes keep their files
+    authorized_keys: ~/.ssh/authorized_keys  # optional: where users' keys for a lease's shell go
+    shell_forwarding: true                 # optional: whether those keys may forward ports
     backoff: {initial_s: 30, max_s: 900}   # optional: how a host that keeps failing is probed less often
 
 Discovery costs one SSH connection and one remote command per host, all hosts in parallel up
@@ -22,7 +24,9 @@ other hosts are unaffected; after failures in a row it is probed less often (`ag
 Host keys are pinned: a host is only ever trusted by its configured `host_key`, never on first use.
 
 Process bindings run on the lease's host in their own session; see `agents.ssh_scripts` for the
-files kept per lease and why the session id makes the whole process tree reachable.
+files kept per lease and why the session id makes the whole process tree reachable. Users may log
+in to a bound lease (process or `session`) with a key of their own for the lease's life
+(`agents.ssh_access`, `agents.ssh_shells`).
 
 A host's `time_slicing: N` (default 1) reports N replicas of each GPU (`agents.time_slicing`):
 up to N leases' processes then share one device in turns, as pods do under Kubernetes'
@@ -38,7 +42,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
-from agents import ssh_scripts, time_slicing
+from agents import ssh_logs, ssh_scripts, time_slicing
 from agents.base import (
     BIND_FAILED,
     BIND_GONE,
@@ -53,17 +57,19 @@ from agents.base import (
     Connector,
     Discovery,
     HostFact,
+    LogStream,
 )
 from agents.host_backoff import HostBackoff, backoff_config_errors
 from agents.nvidia_smi.report import read_host_report
 from agents.nvidia_smi.values import NvidiaSmiError
+from agents.ssh_access import SESSION, SHELL_DEFAULTS, SshShellAccess, shell_config_errors
 from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
 
 DEFAULTS = {"nvidia_smi": "nvidia-smi", "max_parallel": 16, "state_dir": "~/.gpupool"}
 _HOST_KEYS = frozenset({"address", "port", "host_key", "name", "time_slicing", "labels"})
 
 
-class SshConnector(Connector):
+class SshConnector(SshShellAccess, Connector):
     """Hosts listed in the config, read and driven over SSH with pinned host keys.
 
     Timeouts and the retry budget are the base Connector's: `connect_timeout_s` bounds reaching a
@@ -74,9 +80,10 @@ class SshConnector(Connector):
     """
 
     kind = "ssh"
-    workloads: ClassVar[frozenset[str]] = frozenset({"process"})
+    workloads: ClassVar[frozenset[str]] = frozenset({"process", SESSION})
     config_keys: ClassVar[frozenset[str]] = frozenset(
-        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", "backoff", *DEFAULTS}
+        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", "backoff", *DEFAULTS,
+         *SHELL_DEFAULTS}
     )
     secret_fields = ("private_key",)
     request_timeout_s = 30.0  # nvidia-smi on a host with many GPUs takes seconds
@@ -121,6 +128,7 @@ class SshConnector(Connector):
             value = config.get(key)
             if key in config and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
                 errors.append(f"{key} must be a positive number")
+        errors += shell_config_errors(config)
         return errors + (backoff_config_errors(config["backoff"]) if "backoff" in config else [])
 
     @staticmethod
@@ -267,8 +275,10 @@ class SshConnector(Connector):
         the first run (or its exit status) and never starts a second copy. Bad specs raise a
         permanent AgentError; unreachable hosts a transient one."""
         spec = request.spec
+        if spec.get("kind") == SESSION:
+            return self._bind_session(request)
         if spec.get("kind") != "process":
-            raise AgentError("ssh sources bind only {'kind': 'process'} workloads", permanent=True)
+            raise AgentError("ssh sources bind only process and session workloads", permanent=True)
         env = spec.get("env") or {}
         if not isinstance(env, Mapping):
             raise AgentError("binding env must be a mapping of names to strings", permanent=True)
@@ -314,14 +324,15 @@ class SshConnector(Connector):
         """The binding by its name (host and lease directory): `unbind` then marks it cancelled
         and stops its session if the wrapper had started. None for a spec this source never
         starts (nothing can have been left behind)."""
-        if request.spec.get("kind") != "process":
+        kind = request.spec.get("kind")
+        if kind not in ("process", SESSION):
             return None
         try:
             host = self._host_for(request.host_name, request.host_address)
             ssh_scripts.check_lease_id(request.binding_id)
         except (AgentError, ValueError):
             return None
-        return {"kind": "process", "host": host.name, "address": host.address, "port": host.port,
+        return {"kind": kind, "host": host.name, "address": host.address, "port": host.port,
                 "lease_id": request.lease_id, "binding_id": request.binding_id}
 
     def _read_handle(self, handle: Mapping[str, Any]) -> tuple[HostSpec, str, int, str]:
@@ -350,7 +361,10 @@ class SshConnector(Connector):
     def observe(self, handle: Mapping[str, Any]) -> BindingStatus:
         """running (same pid and start time alive), succeeded (exit 0), failed (non-zero
         exit, the code in `exit_code` and `reason`), or gone (neither process nor exit file).
-        Raises a transient AgentError when the host cannot be asked."""
+        Raises a transient AgentError when the host cannot be asked. A session runs until its
+        lease ends: it is not asked for."""
+        if handle.get("kind") == SESSION:
+            return BindingStatus(state=BIND_RUNNING, handle=handle)
         host, directory, pid, start_time = self._read_handle(handle)
         script = ssh_scripts.observe_script(directory, pid, start_time)
         with self._session(host) as session:
@@ -366,17 +380,30 @@ class SshConnector(Connector):
                                  reason=f"process {pid} vanished ({where})")  # fmt: skip
         raise AgentError(f"could not read the lease's status on {host.where}: {result.stderr}")
 
+    def logs(self, handle: Mapping[str, Any], *, tail: int | None, follow: bool) -> LogStream:
+        """The lease's `output.log` (agents.ssh_logs): its last `tail` lines, then, with `follow`,
+        what the process writes until it has exited, over one SSH session kept for the stream."""
+        if handle.get("kind") == SESSION:
+            raise AgentError("a session binding runs no workload: it has no log", permanent=True)
+        host, directory, pid, start_time = self._read_handle(handle)
+        return ssh_logs.open_log(self._session(host), directory, pid, start_time, tail=tail, follow=follow,
+                                 timeout=self.request_timeout_s)
+
     def unbind(self, handle: Mapping[str, Any], *, grace_s: int) -> None:
         """TERM every process of the lease's session, KILL what is left after `grace_s`.
+        Its users' keys go first and their shells with the workload (`agents.ssh_access`).
         Idempotent: nothing left to stop is success. Raises AgentError if the host cannot be
         reached or processes survive KILL."""
-        if "pid" not in handle and handle.get("binding_id"):  # from `bind_handle`: by name
+        if handle.get("kind") == SESSION and "dir" in handle:  # no workload: only its shells
+            host = self._handle_host(handle)[0]
+            script = ssh_scripts.unbind_script(-1, "", grace_s, prelude=self.end_prelude(handle))
+        elif "pid" not in handle and handle.get("binding_id"):  # from `bind_handle`: by name
             port = int(handle["port"]) if "port" in handle else None
             host = self._host_for(str(handle.get("host", "")), str(handle.get("address", "")), port)
             script = ssh_scripts.cancel_script(str(self._setting("state_dir")), str(handle["binding_id"]), grace_s)
         else:
             host, _, pid, start_time = self._read_handle(handle)
-            script = ssh_scripts.unbind_script(pid, start_time, grace_s)
+            script = ssh_scripts.unbind_script(pid, start_time, grace_s, prelude=self.end_prelude(handle))
         # The script waits up to the grace, then up to 5 s of KILL rounds.
         timeout = self.request_timeout_s + grace_s + 10
         with self._session(host) as session:

@@ -12,7 +12,7 @@ Lease state on a host lives in `<state_dir>/leases/<lease id>/`:
                its pid is also the session id of the whole process tree; the start time is
                field 22 of /proc/<pid>/stat, to tell our process from a later one given its pid;
   `exit`       the command's exit status (128+N when killed by signal N);
-  `output.log` stdout and stderr of the command;
+  `output.log` stdout and stderr of the command (read back by `logs_script`);
   `cancelled`  written by a stop that found no `started` (a bind that failed or was abandoned):
                a bind that comes later refuses to claim, a wrapper that comes later exits
                before the command. Each side writes its own file first and then looks for the
@@ -217,15 +217,16 @@ _STOP = (
     _STAT_FUNCTIONS
     + _CLOCK_FUNCTION
     + """\
-members() { # live processes of the lease's session (zombies are already dead)
+members() { # live processes of the lease's session and of its shells' (zombies are already dead)
   for f in /proc/[0-9]*/stat; do
     p=${f#/proc/}; p=${p%/stat}
     proc_stat "$p" || continue
-    if [ "$st_session" = "$pid" ] && [ "$st_state" != Z ]; then printf '%s ' "$p"; fi
+    [ "$st_state" != Z ] || continue
+    case " $pid $shells " in *" $st_session "*) printf '%s ' "$p";; esac
   done
 }
 if proc_stat "$pid" && [ "$st_start" != "$start" ]; then
-  echo "@MARK@ stopped"; exit 0  # pid reused by another process: nothing of ours is left
+  pid=-1  # pid reused by another process: nothing of the workload is left (its shells may be)
 fi
 m=$(members); [ -n "$m" ] && kill -TERM $m 2>/dev/null
 clock; t0=$t; end=$((t + grace * 100))  # the notice runs from the TERM
@@ -244,22 +245,24 @@ echo "@MARK@ stopped"
 )
 
 _UNBIND = """\
-pid=@PID@; start=@START@; grace=@GRACE@
+pid=@PID@; start=@START@; grace=@GRACE@; shells=
+@PRELUDE@
 """ + _STOP
 
 
-def unbind_script(pid: int, start_time: str, grace_s: int) -> str:
+def unbind_script(pid: int, start_time: str, grace_s: int, *, prelude: str = "") -> str:
     """TERM every live process of the lease's session, wait up to `grace_s` seconds (the host's
     clock), then KILL the rest. Only when the session leader is gone or still the same process
     (start time), so a reused pid is never signalled (Linux keeps a session id from reuse while
     members live). Reports `killed after N cs` when KILL was needed, `survivors PIDS` if any
-    outlived it, `waited N cs`, then `stopped`."""
-    return _fill(_UNBIND, PID=str(int(pid)), START=shlex.quote(start_time), GRACE=str(int(grace_s)))
+    outlived it, `waited N cs`, then `stopped`. `prelude` (sh, run first) may add login sessions
+    to stop with it to `shells` (agents.ssh_shells.end_prelude); a pid of -1: only those."""
+    return _fill(_UNBIND, PID=str(int(pid)), START=shlex.quote(start_time), GRACE=str(int(grace_s)), PRELUDE=prelude)
 
 
 _CANCEL = """\
 umask 077
-d=@STATE@/leases/@LEASE@; grace=@GRACE@
+d=@STATE@/leases/@LEASE@; grace=@GRACE@; shells=
 mkdir -p "$d" && : > "$d/cancelled" || { echo "@MARK@ error cannot write $d/cancelled"; exit 0; }
 [ -s "$d/started" ] || { echo "@MARK@ stopped"; exit 0; }
 read -r pid start < "$d/started"
@@ -272,6 +275,61 @@ def cancel_script(state_dir: str, binding_id: str, grace_s: int) -> str:
     `unbind_script` does if it had started."""
     return _fill(_CANCEL, STATE=state_dir_expr(state_dir), LEASE=shlex.quote(check_lease_id(binding_id)),
                  GRACE=str(int(grace_s)))
+
+
+#: Log windows are read in blocks of this many bytes (`dd bs=`): a window's start is a multiple.
+LOG_BLOCK = 65536
+
+# A lease's log from byte `from` on, through one file descriptor (fd 3) opened once: `dd` copies
+# the window exactly (whole blocks, then the rest), which leaves fd 3 where the window ended, and
+# each `cat <&3` of the follow loop copies what was written since, from where the last one
+# stopped, with no byte counted twice or missed (the offset is the descriptor's, shared by every
+# command reading it). A window starts at a multiple of LOG_BLOCK no later than `window` bytes
+# before the end (with window >= LOG_BLOCK a window that does not start at 0 holds at least one
+# whole block, so the skip always happens in the first `dd`). The follow loop looks every 0.1 s
+# and ends once the wrapper has written `exit` (or its process is gone), after a last copy; once a
+# second it writes a byte to stderr, which kills it (SIGPIPE, or the failed write) when the reader
+# has gone away, so a loop whose client left never outlives it by more than that.
+_LOGS = (
+    """\
+d=@DIR@; pid=@PID@; start=@START@; window=@WINDOW@; follow=@FOLLOW@; f="$d/output.log"
+"""
+    + _STAT_FUNCTIONS
+    + """\
+[ -f "$f" ] && [ -r "$f" ] || { echo "@MARK@ nolog"; exit 0; }
+exec 3< "$f"
+set -- $(wc -c < "$f"); size=$1
+if [ "$window" -lt 0 ] || [ "$window" -ge "$size" ]; then from=0
+else from=$(( (size - window) / @BLOCK@ * @BLOCK@ )); fi
+n=$((size - from)); rest=$((n % @BLOCK@))
+echo "@MARK@ window $from $n"
+[ "$n" -ge @BLOCK@ ] && dd bs=@BLOCK@ skip=$((from / @BLOCK@)) count=$((n / @BLOCK@)) <&3 2>/dev/null
+[ "$rest" -gt 0 ] && dd bs="$rest" count=1 <&3 2>/dev/null
+[ "$follow" = 1 ] || exit 0
+beat=0
+while :; do
+  over=0
+  if [ -f "$d/exit" ]; then over=1
+  elif ! { proc_stat "$pid" && [ "$st_start" = "$start" ] && [ "$st_state" != Z ]; }; then over=1; fi
+  cat <&3 || exit 1
+  [ "$over" = 1 ] && exit 0
+  beat=$((beat + 1))
+  if [ "$beat" -ge 10 ]; then beat=0; printf . >&2 || exit 1; fi
+  sleep 0.1 2>/dev/null || sleep 1
+done
+"""
+)
+
+
+def logs_script(lease_dir: str, pid: int, start_time: str, *, window: int, follow: bool) -> str:
+    """Print `window FROM N`, then exactly N bytes of the lease's `output.log` from byte FROM (the
+    last `window` bytes or a little more; all of it for a negative `window`), then, with
+    `follow`, what the workload writes after, until it has ended: then exit 0 (exit 1: the reader
+    went away). Prints `nolog` instead when the log is not there."""
+    if 0 <= window < LOG_BLOCK:
+        raise ValueError(f"a log window is at least {LOG_BLOCK} bytes")
+    return _fill(_LOGS, DIR=shlex.quote(lease_dir), PID=str(int(pid)), START=shlex.quote(start_time),
+                 WINDOW=str(int(window)), FOLLOW="1" if follow else "0", BLOCK=str(LOG_BLOCK))
 
 
 def read_marks(text: str) -> dict[str, str]:

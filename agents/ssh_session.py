@@ -272,6 +272,27 @@ class SshSession:
         finally:
             channel.close()
 
+    def start(self, script: str) -> paramiko.Channel:
+        """Start a POSIX sh script as `run` does, without waiting for it: the caller reads its
+        output from the channel as it comes (a log that is followed) and closes the channel, or
+        the session, when done. Raises a transient AgentError when it cannot be started."""
+        import paramiko
+
+        if self._transport is None:
+            raise AgentError(f"session to {self.host.where} is not open")
+        try:
+            channel = self._transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise AgentError(f"cannot open a session on {self.host.where}: {exc}") from None
+        try:
+            channel.exec_command("/bin/sh -s")
+            channel.sendall(script.encode("utf-8"))
+            channel.shutdown_write()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            channel.close()
+            raise AgentError(f"command on {self.host.where} failed: {exc}") from None
+        return channel
+
     @staticmethod
     def _read_all(channel: paramiko.Channel, recv: Callable[[int], bytes], deadline: float) -> bytes:
         chunks: list[bytes] = []

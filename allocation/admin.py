@@ -15,6 +15,7 @@ from allocation.audit import audit
 from allocation.models import (
     AuditEvent,
     Budget,
+    IdleUsage,
     Lease,
     LeaseGpu,
     LeaseUsage,
@@ -216,6 +217,17 @@ class LeaseUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[LeaseUsage]):
     list_select_related = ["lease", "team", "pool"]
     search_fields = ["lease__id", "team__name", "model"]
     date_hierarchy = "started_at"
+
+
+@admin.register(IdleUsage)
+class IdleUsageAdmin(ReadOnlyAccess, admin.ModelAdmin[IdleUsage]):
+    """Allocated but idle GPU-seconds per team, pool, user, model and UTC hour, written by the idle check."""
+
+    list_display = ["team", "pool", "user", "model", "hour", "gpu_seconds"]
+    list_filter = ["pool", "team"]
+    list_select_related = ["team", "pool", "user"]
+    search_fields = ["team__name", "user__username", "model"]
+    date_hierarchy = "hour"
 
 
 @admin.action(description="Enable selected notifications again (audited)")

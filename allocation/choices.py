@@ -22,6 +22,12 @@ ACTIVE_STATES = (LeaseState.PENDING, *HOLDING_STATES)
 END_STATES = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
               LeaseState.LOST)
 
+# Why a lease was preempted, as its `lease.preempt` audit event and `gpupool_preemptions_total`
+# say: the pass's causes (`allocation.policy.types.Preemption.kind`: reclaim, priority,
+# fair_share), idle reclaim (allocation.services.idle) and an admin's drain of the lease's host
+# (allocation.services.admin, a capacity move in drain mode too).
+PREEMPTION_CAUSES = ("priority", "reclaim", "fair_share", "idle", "drain")
+
 
 # Why a pending lease waits (allocation.policy.codes.PendingCode, the one list, whose members the
 # writers use): the model's, the filters' and the serializers' choices. "" on a lease that is not
@@ -33,6 +39,7 @@ class BindingKind(models.TextChoices):
     NONE = "", "None"
     PROCESS = "process", "Process over SSH"
     POD = "pod", "Kubernetes pod"
+    SESSION = "session", "Shell session (SSH)"
 
 
 class ReservationState(models.TextChoices):

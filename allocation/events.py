@@ -10,22 +10,32 @@ under one stream id, in order; a stream id is a resume point like a Kubernetes r
 STREAM_MAXLEN`); a watcher asking to resume from an id older than the cap is told so (410) and
 re-lists.
 
+A pending lease also changes without a transition: each scheduling pass rewrites its reason, queue
+position and estimated start. Those are not events of the log (a queue of 20,000 leases would
+flood it); the ids of the leases whose explanation changed are published, best effort, on a Redis
+channel (`EXPLAINED`) after the pass commits, so that a long poll waiting on one of them answers at
+once. A lost message only delays that answer until the poll's next re-read.
+
 This module imports no model: the web server's watch endpoints import it before Django is set up.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
 STREAM = "gpupool:lease-events"
 # Outbox row id → stream id, for rows published whose stream id may not be recorded yet.
 PUBLISHED = "gpupool:lease-events:published"
 STREAM_MAXLEN = 200_000
+# Pub/sub channel: comma-separated ids of pending leases whose reason, queue position or estimated
+# start a pass changed (at most EXPLAINED_BATCH ids a message).
+EXPLAINED = "gpupool:lease-explained"
+EXPLAINED_BATCH = 2_000
 _client: Any = None
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,23 +52,28 @@ class LeaseChange:
                 "state": self.state}
 
 
-def redis_url() -> str:
-    """settings.REDIS_URL: always set (a configured server, or the embedded one core.embedded
-    starts); its absence is a broken configuration, not a mode."""
-    url = getattr(settings, "REDIS_URL", None)
-    if not url:
-        raise ImproperlyConfigured("REDIS_URL is not set: the lease change stream needs Redis")
-    return str(url)
-
-
 def redis_client() -> Any:
-    """One Redis client per process (thread-safe connection pool) for settings.REDIS_URL."""
+    """One Redis client per process (thread-safe connection pool) of the configured Redis
+    (core.redis_clients: a URL, or a Sentinel group's master, followed across failovers)."""
     global _client
     if _client is None:
-        import redis
+        from core.redis_clients import configured_target, sync_client
 
-        _client = redis.Redis.from_url(redis_url(), socket_timeout=2, socket_connect_timeout=2,
-                                       health_check_interval=30)
+        _client = sync_client(configured_target(), socket_timeout=2, socket_connect_timeout=2,
+                              health_check_interval=30)
     return _client
 
 
+def announce_explained(lease_ids: Iterable[str]) -> None:
+    """Publish the ids of pending leases whose explanation changed (after the pass committed).
+    Best effort: with Redis away it logs and returns, and waiting clients learn of the change at
+    their long poll's next re-read instead of at once."""
+    ids = [str(i) for i in lease_ids]
+    if not ids:
+        return
+    try:
+        client = redis_client()
+        for start in range(0, len(ids), EXPLAINED_BATCH):
+            client.publish(EXPLAINED, ",".join(ids[start:start + EXPLAINED_BATCH]))
+    except Exception:
+        logger.warning("could not announce %d changed lease explanations", len(ids), exc_info=True)

@@ -7,13 +7,14 @@ import logging
 import time
 
 from allocation.audit import audit
-from allocation.engine import run_pass
+from allocation.engine import run_pass, run_wanted_passes
 from allocation.notify.run import notifications_run
 from allocation.notify.trigger import clear_delivery_flag
 from allocation.outbox import prune, relay
 from allocation.selectors.invariants import ledger_check
 from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
+from allocation.services.idle_gpus import gpus_idle_check
 from allocation.services.reaper import leases_reap
 from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from core.tasks import final_attempt, gpupool_task
@@ -38,8 +39,14 @@ def schedule_pass(pool_id: int | None = None) -> None:
 
 @gpupool_task(name="allocation.relay_lease_events", max_retries=0)
 def relay_lease_events() -> None:
-    """Publish the lease events no writer published after its commit (it crashed, Redis was
-    away), in order, each once; prune the old published ones."""
+    """What Redis being away left behind, caught up every second (beat) and whenever a worker
+    reaches the broker again (pool.celery.CatchUpOnConnect): the lease events no writer published
+    after its commit, in order, each once (then the old published ones pruned), and the passes
+    whose trigger could not be sent."""
+    # The passes first: leases wait on them, and their events are published as they commit.
+    for report in run_wanted_passes():
+        logger.info("wanted pass %s (its trigger was not sent): granted %d, preempted %d, pending %d", report.pool,
+                    len(report.granted), len(report.preempted), report.pending)
     published = relay()
     if published:
         logger.info("relayed %d lease event(s) left unpublished", published)
@@ -68,9 +75,12 @@ def reap_leases() -> None:
 
 @gpupool_task(name="allocation.idle_reclaim")
 def idle_reclaim() -> None:
+    """Idle reclaim's warnings and reclaims, then the flags and meter of allocated but idle GPUs:
+    both read the same samples, which come every SAMPLE_INTERVAL_S."""
     counts = leases_idle_check()
     if any(counts.values()):
         logger.info("idle reclaim: warned %(warned)d, cleared %(cleared)d, reclaimed %(reclaimed)d", counts)
+    gpus_idle_check()
 
 
 @gpupool_task(name="allocation.refresh_budgets")

@@ -1,4 +1,5 @@
-"""Enqueue follow-up work after a commit: scheduling passes (debounced), bind and unbind.
+"""Enqueue follow-up work after a commit: scheduling passes (debounced; kept in PostgreSQL when the
+broker cannot take the trigger, `want_pass`), bind and unbind.
 
 Kept apart from tasks.py so services can ask for work without importing Celery task objects at
 module import time, and so GPUPOOL_AUTOSCHEDULE=0 can switch event-driven passes off in one place.
@@ -11,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import DatabaseError, connection, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -18,16 +20,38 @@ PASS_FLAG = "gpupool:pass-queued:{pool_id}"
 
 
 def request_pass(pool_id: int | None = None) -> bool:
-    """Ask for a scheduling pass soon. Debounced: while one is queued and not yet started, further
-    requests add nothing (the queued pass will see their rows; it clears the flag as it starts)."""
+    """Ask for a scheduling pass soon (of one pool; None: of every pool); True if this call asked.
+    Debounced: while one is queued and not yet started, further requests add nothing (the queued
+    pass will see their rows; it clears the flag as it starts). When the broker cannot take the
+    message, the wish is recorded in PostgreSQL instead (`want_pass`), and the first worker to
+    hear the broker again runs the pass (allocation.engine.run_wanted_passes)."""
     if not settings.GPUPOOL["AUTOSCHEDULE"]:
         return False
     if not cache.add(PASS_FLAG.format(pool_id=pool_id), 1, timeout=30):
         return False
     from allocation.tasks import schedule_pass
 
-    _send(schedule_pass, pool_id)
+    if not _send(schedule_pass, pool_id):
+        want_pass(pool_id)
+        clear_pass_flag(pool_id)  # nothing is queued: the next request may try the broker again
     return True
+
+
+def want_pass(pool_id: int | None) -> None:
+    """Record that `pool_id` (None: every pool) wants a pass: one row per pool, an upsert, in its
+    own savepoint. A database that fails too is logged: the periodic pass remains."""
+    from allocation.models import PassWanted
+    from inventory.models import Pool
+
+    table = connection.ops.quote_name(PassWanted._meta.db_table)
+    rows, params = ("VALUES (%s, now())", [pool_id]) if pool_id is not None else (
+        f"SELECT id, now() FROM {connection.ops.quote_name(Pool._meta.db_table)}", [])
+    try:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"INSERT INTO {table} (pool_id, wanted_at) {rows} ON CONFLICT (pool_id) DO NOTHING", params)
+    except DatabaseError:
+        logger.warning("could not record the pass wanted for pool %s; the periodic pass will run it", pool_id,
+                       exc_info=True)
 
 
 def clear_pass_flag(pool_id: int | None) -> None:
@@ -54,8 +78,11 @@ def request_unbind(lease_id: Any, countdown: float | None = None) -> None:
 PUBLISH_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 
 
-def _send(task: Any, *args: Any, countdown: float | None = None) -> None:
+def _send(task: Any, *args: Any, countdown: float | None = None) -> bool:
+    """Publish `task`; False (logged) when the broker would not take it."""
     try:
         task.apply_async(args, retry_policy=PUBLISH_RETRY, **({"countdown": countdown} if countdown else {}))
-    except Exception:  # broker down: the periodic beat entries pick the work up later
-        logger.warning("could not enqueue %s%r; beat will catch up", task.name, args, exc_info=True)
+    except Exception:  # broker down: what asked decides how the work is caught up
+        logger.warning("could not enqueue %s%r; it will be caught up", task.name, args, exc_info=True)
+        return False
+    return True

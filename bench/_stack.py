@@ -40,10 +40,8 @@ def processes(port: int, env: dict[str, str], logs: Path) -> dict[str, Proc]:
 def _admin_connection(url: str) -> Any:
     import psycopg2
 
-    base = urlparse(url)
-    conn = psycopg2.connect(host=base.hostname or "127.0.0.1", port=base.port or 5432,
-                            user=base.username or "postgres", password=base.password, dbname="postgres",
-                            connect_timeout=5)
+    # libpq reads the URL itself (one server, or an HA cluster's several): only the database differs.
+    conn = psycopg2.connect(url, dbname="postgres", connect_timeout=5)
     conn.autocommit = True
     return conn
 

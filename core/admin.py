@@ -10,24 +10,14 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from core.models import ApiToken
+from core.models import ApiToken, OidcIdentity
 from core.roles import is_pool_admin
 from core.tokens import token_revoke
 
 
-@admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
-    list_display = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at",
-                    "state"]
-    list_filter = ["scope", "revoked_at"]
-    search_fields = ["prefix", "name", "user__username"]
-    list_select_related = ["user"]
-    fields = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
-    readonly_fields = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
-    actions = ["revoke"]
+class PoolAdminsLook:
+    """Rows the system writes: pool admins see them, nobody adds or edits them here."""
 
-    # Tokens are issued by `manage.py apitoken` (the key must be shown once, to its holder) and
-    # revoked, not deleted, so their history stays; pool admins look and revoke.
     def has_module_permission(self, request: HttpRequest) -> bool:
         return is_pool_admin(request.user)
 
@@ -40,6 +30,20 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(PoolAdminsLook, admin.ModelAdmin[ApiToken]):
+    list_display = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at",
+                    "state"]
+    list_filter = ["scope", "revoked_at"]
+    search_fields = ["prefix", "name", "user__username"]
+    list_select_related = ["user"]
+    fields = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "user", "name", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    # Tokens are issued by `manage.py apitoken` (the key must be shown once, to its holder) and
+    # revoked, not deleted, so their history stays; pool admins look and revoke.
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -54,3 +58,17 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         revoked = [token for token in queryset if token_revoke(token=token, by=request.user.get_username())]
         self.message_user(request, f"{len(revoked)} token(s) revoked", messages.SUCCESS)
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(PoolAdminsLook, admin.ModelAdmin[OidcIdentity]):
+    """Which provider account each user signs in as (docs/sso.md). Made by the first single
+    sign-on; a pool admin deletes one to unlink it (the next login links again by user name)."""
+
+    list_display = ["user", "issuer", "subject", "granted_admin", "created_at", "last_login_at"]
+    search_fields = ["user__username", "subject", "issuer"]
+    list_select_related = ["user"]
+    readonly_fields = ["user", "issuer", "subject", "granted_admin", "created_at", "last_login_at"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_pool_admin(request.user)

@@ -2,9 +2,10 @@
 
 Django's RedisCacheClient makes a new `redis.Redis` object for each cache operation (building its
 table of response callbacks costs ~50 µs, more than the round trip to a local Redis). A Redis
-object over a connection pool is safe to share between threads, so one per pool is kept. The
-capacity-profile cache is read on every lease request (the per-user lease rate is not a cache:
-core.ratelimit, a token bucket of its own in Redis).
+object over a connection pool is safe to share between threads, so one is kept, made by
+core.redis_clients like every other Redis client of gpupool (a URL, or a Sentinel group's master).
+The capacity-profile cache is read on every lease request (the per-user lease rate is not a
+cache: core.ratelimit, a token bucket of its own in Redis).
 
 The cache is an optimisation and a debounce, never the record: when Redis cannot be reached every
 operation behaves as on an empty cache (a get misses, an add succeeds, a write is dropped), with a
@@ -22,6 +23,8 @@ from django.core.cache.backends import redis as django_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from core.redis_clients import RedisTarget, sync_client
+
 if TYPE_CHECKING:
     import redis
 
@@ -29,20 +32,20 @@ logger = logging.getLogger(__name__)
 
 
 class RedisCacheClient(django_redis.RedisCacheClient):
-    # Django's own client defines these; they are private, so the stubs leave them out.
-    _client: type[redis.Redis]
-    _get_connection_pool: Callable[[bool], redis.ConnectionPool]
+    """One client for every operation, from core.redis_clients: of the target in OPTIONS
+    (`target`: a Sentinel group's master, followed across failovers), else of LOCATION's URL."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._clients: dict[int, Any] = {}
+    _pool_options: dict[str, Any]  # Django's own; private, so the stubs leave it out
 
-    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        pool = self._get_connection_pool(write)
-        client = self._clients.get(id(pool))
-        if client is None:
-            client = self._clients[id(pool)] = self._client(connection_pool=pool)
-        return client
+    def __init__(self, servers: list[str], *args: Any, target: RedisTarget | None = None, **kwargs: Any) -> None:
+        super().__init__(servers, *args, **kwargs)
+        self._target = target if target is not None else RedisTarget(url=servers[0])
+        self._shared: redis.Redis | None = None
+
+    def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
+        if self._shared is None:  # two threads may both build one: harmless, one is kept
+            self._shared = sync_client(self._target, **self._pool_options)
+        return self._shared
 
 
 class RedisCache(django_redis.RedisCache):

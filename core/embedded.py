@@ -238,7 +238,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "env":  # only what the environment does not set already: yours win
         if not os.environ.get("DATABASE_URL"):
             print(f"export DATABASE_URL='{postgres_url(var_dir)}'")
-        if not os.environ.get("REDIS_URL"):
+        if not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_SENTINELS"):  # a Sentinel group names Redis
             print(f"export REDIS_URL='{redis_url(var_dir)}'")
         return 0
     stopped = [name for name, stop in (("PostgreSQL", stop_postgres), ("Redis", stop_redis)) if stop(var_dir)]

@@ -8,6 +8,8 @@ from typing import Any
 class DomainError(Exception):
     status = 400
     code = "invalid"
+    #: Seconds a client should wait before trying again (sent as Retry-After); None: no header.
+    retry_after: int | None = None
 
     def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
         super().__init__(message)

@@ -69,3 +69,27 @@ class BeatEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (last run {self.last_run_at:%Y-%m-%d %H:%M:%S})"
+
+
+class OidcIdentity(models.Model):
+    """A user's account at an identity provider: (issuer, subject) is the identity, never the user
+    name or e-mail a provider may let its users change. Created at the first single sign-on,
+    which links it to the user its user-name claim names (docs/sso.md); later logins find the user
+    by it."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255, help_text="the provider's `sub` claim")
+    # The pool-admin role (is_staff) came from the provider's groups: a later login without an
+    # admin group takes it back. A role given by hand (apitoken --admin, the admin site) is never.
+    granted_admin = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "single sign-on identity"
+        verbose_name_plural = "single sign-on identities"
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_unique_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -45,6 +45,23 @@ class TokenRefused(DomainError):
     code = "invalid_token"
 
 
+# `Authorization: Token KEY` (DRF's word) and `Authorization: Bearer KEY` (RFC 6750, what OAuth
+# clients and most HTTP tools send) name the same key.
+AUTH_SCHEMES = ("token", "bearer")
+
+
+def key_from_authorization(header: str) -> str | None:
+    """The key of an `Authorization` header in one of AUTH_SCHEMES (any case); None for another
+    scheme or none. Raises ValueError for one of ours that is not `SCHEME KEY` (no key, or spaces
+    in it)."""
+    parts = header.split()
+    if not parts or parts[0].lower() not in AUTH_SCHEMES:
+        return None
+    if len(parts) != 2:
+        raise ValueError("no key" if len(parts) == 1 else "the key contains spaces")
+    return parts[1]
+
+
 def token_digest(key: str) -> str:
     """The stored form of a key: SHA-256, hex."""
     return hashlib.sha256(key.encode()).hexdigest()

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from allocation.models import Lease, LeaseGpu, Quota
 from allocation.selectors import Pending, fair_share_standing, pending_by_pool, quota_list, team_gpus_held
+from allocation.selectors.idle import idle_gpus
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
 from inventory.choices import GpuState
@@ -194,6 +195,7 @@ class GpuTile:
     lease_id: str = ""
     lease_team: str = ""
     visible: bool = False  # may this user open the lease?
+    idle_since: datetime | None = None  # allocated but idle since (allocation.selectors.idle)
     slices: list[GpuTile] = field(default_factory=list)
     sharing: ReplicaSummary | None = None  # a time-sliced replica: its physical GPU's replicas
 
@@ -207,6 +209,11 @@ class HostRow:
     @property
     def leased(self) -> int:
         return sum(1 for t in self._all() if t.gpu.state == GpuState.LEASED)
+
+    @property
+    def idle(self) -> int:
+        """Leased GPUs flagged allocated but idle."""
+        return sum(1 for t in self._all() if t.idle_since is not None)
 
     @property
     def units(self) -> int:
@@ -231,12 +238,14 @@ def fleet(*, user: Any, pool: str = "", host_ids: list[int] | None = None) -> li
     my_teams = set() if admin else set(user.teams.values_list("name", flat=True))
     holders = {gid: (str(lid), team) for gid, lid, team in LeaseGpu.objects.filter(
         active=True, gpu__in=gpus).values_list("gpu_id", "lease_id", "lease__team__name")}
+    idle = idle_gpus(gpu_ids=holders)
     rows = {h.pk: HostRow(h) for h in hosts}
     tiles: dict[int, GpuTile] = {}
     # Whole GPUs before slices, so every slice finds its parent's tile (NULLs sort last in PostgreSQL).
     for gpu in sorted(gpus, key=lambda g: g.parent_id is not None):
         lease_id, team = holders.get(gpu.pk, ("", ""))
-        tile = GpuTile(gpu, lease_id, team, visible=bool(lease_id) and (admin or team in my_teams))
+        tile = GpuTile(gpu, lease_id, team, visible=bool(lease_id) and (admin or team in my_teams),
+                       idle_since=idle.get(gpu.pk))
         tiles[gpu.pk] = tile
         if gpu.parent_id and gpu.parent_id in tiles:
             tiles[gpu.parent_id].slices.append(tile)

@@ -2,11 +2,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
 from frontend import views
+from frontend.views.sso import LoginPage, sso_callback, sso_start
 
 app_name = "frontend"
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html",
-                                                redirect_authenticated_user=True), name="login"),
+    path("login/", LoginPage.as_view(), name="login"),
+    # Single sign-on (OpenID Connect); the identity provider knows the callback as the redirect URI.
+    path("login/sso/", sso_start, name="sso-login"),
+    path("login/sso/callback/", sso_callback, name="sso-callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.overview, name="overview"),
     path("quotas/", views.quotas, name="quotas"),

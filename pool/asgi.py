@@ -3,8 +3,11 @@
     gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker   (production, make run)
 
 Waiting requests (`GET leases/{id}/?wait=`, `GET leases/events/`) are coroutines on the event
-loop: a thousand waiting clients hold no thread. Everything else is the Django (WSGI) application
-on a fixed pool of request threads (a2wsgi), each with its own persistent database connection:
+loop: a thousand waiting clients hold no thread. A workload's log (`GET leases/{id}/logs/`) is
+streamed from the event loop too, its blocking reads on a bounded pool of threads of its own, and
+so is a command in a pod lease's container (`leases/{id}/exec/`, a websocket: allocation/watch/exec.py).
+Everything else is the Django (WSGI) application on a fixed pool of request threads (a2wsgi),
+each with its own persistent database connection:
 Django's own ASGI handler would start a thread and a database connection per request, which
 measured 2-4x slower for the synchronous DRF views and exhausted PostgreSQL's connections.
 """
@@ -20,7 +23,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 from a2wsgi import WSGIMiddleware
 from django.core.wsgi import get_wsgi_application
 
-from allocation.watch import handlers
+from allocation.watch import exec as pod_exec
+from allocation.watch import handlers, logs
 
 if TYPE_CHECKING:
     from a2wsgi.asgi_typing import Scope
@@ -34,16 +38,29 @@ django_app = WSGIMiddleware(get_wsgi_application(), workers=THREADS)  # type: ig
 
 EVENTS = re.compile(r"^/api/v1/leases/events/?$")
 LEASE = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/?$")
+LOGS = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/logs/?$")
+EXEC = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/exec/?$")
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await _lifespan(receive, send)
         return
+    if scope["type"] == "websocket":
+        match = EXEC.match(scope["path"])
+        if match:
+            await pod_exec.lease_exec(scope, receive, send, lease_id=match["lease_id"])
+        else:  # no other websocket here: refused before the upgrade (HTTP 403)
+            await send({"type": "websocket.close", "code": 1008})
+        return
     if scope["type"] == "http":
         path = scope["path"]
         if EVENTS.match(path):
             await handlers.handle(handlers.lease_events, scope, receive, send)
+            return
+        match = LOGS.match(path)
+        if match:
+            await handlers.handle(logs.lease_logs, scope, receive, send, lease_id=match["lease_id"])
             return
         match = LEASE.match(path)
         if match and scope.get("method") == "GET" and "wait" in handlers.query(scope):

@@ -6,6 +6,7 @@ tests/test_beat_schedule.py checks that every entry names a registered task.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -19,7 +20,8 @@ from core import liveness
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
 #: The longest wait between two attempts to reach a broker that is down.
-RECONNECT_MAX_S = 2.0
+RECONNECT_MAX_S = 0.5
+logger = logging.getLogger(__name__)
 
 
 class BrokerConnection(Connection):
@@ -27,13 +29,14 @@ class BrokerConnection(Connection):
 
     kombu waits 2, 4, 6, … up to 30 s between attempts: after Redis was down 60 s, workers and
     beat reached it again 11 s after it came back, and passes with them (the fault suite's
-    redis_down scenario measured it; the issue asks for 10 s). An attempt on a local broker that
-    refuses costs a millisecond, so the wait is kept short however long the outage."""
+    redis_down scenario measured it). An attempt on a broker that refuses costs a millisecond (a
+    Sentinel group: a question to each sentinel, as many), so the wait is kept short however long
+    the outage: passes resume within 2 s of the broker's return (tests/faults/test_outages.py)."""
 
     def ensure_connection(self, *args: Any, **kwargs: Any) -> Any:
         if len(args) <= 2:  # (errback, max_retries): the intervals are left to us
-            kwargs.setdefault("interval_start", 1.0)
-            kwargs.setdefault("interval_step", 1.0)
+            kwargs.setdefault("interval_start", RECONNECT_MAX_S / 2)
+            kwargs.setdefault("interval_step", RECONNECT_MAX_S / 2)
             kwargs.setdefault("interval_max", RECONNECT_MAX_S)
             callback = kwargs.get("callback")
 
@@ -44,6 +47,21 @@ class BrokerConnection(Connection):
 
             kwargs["callback"] = waiting
         return super().ensure_connection(*args, **kwargs)
+
+    def maybe_close_channel(self, channel: Any) -> None:
+        """Close `channel`, unless the transport it belongs to was taken away already.
+
+        On a lost connection Celery 5.7 collects the connection (transport detached), then closes
+        it. A Redis channel whose first close failed on the dead socket (a BRPOP in flight) is
+        closed again then, and restoring its unacknowledged messages through the transport that is
+        gone raises AttributeError, which the worker takes for an unrecoverable error: it exits
+        (the redis_down fault scenario saw both workers go at once). Such a channel has nothing
+        left to close: it is dropped, and its unacknowledged messages come back after the
+        visibility timeout, as when a restore fails on a broker that is down."""
+        transport = getattr(channel, "connection", None)
+        if transport is not None and getattr(transport, "client", True) is None:
+            return
+        super().maybe_close_channel(channel)
 
 
 class BrokerAMQP(AMQP):
@@ -68,10 +86,26 @@ class Heartbeat(bootsteps.StartStopStep):
             tref.cancel()
 
 
+class CatchUpOnConnect(bootsteps.StartStopStep):
+    """Each time a worker's consumer (re)connects to the broker, it asks for the catch-up task
+    (allocation.relay_lease_events: the passes recorded as wanted while no trigger could be sent,
+    and the lease events left unpublished): what waited for the broker runs as soon as a worker
+    hears it again, not at beat's next tick (beat too must first find the broker again)."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, c: Any) -> None:
+        try:
+            c.app.send_task("allocation.relay_lease_events", expires=60)
+        except Exception:  # the broker went again: the next reconnection asks again
+            logger.warning("could not ask for the catch-up after connecting to the broker", exc_info=True)
+
+
 app = Celery("gpupool", amqp=BrokerAMQP)
 app.steps["worker"].add(Heartbeat)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["inventory", "allocation", "history"])
+app.steps["consumer"].add(CatchUpOnConnect)
 
 
 def _beat_schedule() -> dict[str, dict[str, object]]:
@@ -85,8 +119,10 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         "schedule-pass": {"task": "allocation.schedule_pass", "schedule": pass_s,
                           "options": {"expires": pass_s}},
         # Publishes the lease events a writer left unpublished (crash, Redis away): the outbox
-        # (allocation.events). On the schedule queue: its worker is never held for minutes by a
-        # bind, and a relay with nothing to do is one indexed read.
+        # (allocation.events); and runs the passes whose trigger could not be sent (PassWanted).
+        # On the schedule queue: its worker is never held for minutes by a bind, and a relay with
+        # nothing to do is two reads (an index, an empty table). Workers ask for it too, each time
+        # they reach the broker again (CatchUpOnConnect).
         "relay-lease-events": {"task": "allocation.relay_lease_events", "schedule": 1.0,
                                "options": {"expires": 1.0}},
         # Notifications (allocation.notify): derives deliveries from committed lease events and
@@ -104,8 +140,9 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
         # The ledger's invariants (manage.py check_ledger): an audit alert on drift.
         "check-ledger": {"task": "allocation.check_ledger", "schedule": 300.0,
                          "options": {"expires": 300.0}},
-        # Warns, clears and reclaims idle leases (idle_reclaim rules); utilisation samples come
-        # every SAMPLE_INTERVAL_S, so checking more often would see nothing new.
+        # Warns, clears and reclaims idle leases (idle_reclaim rules), then flags and meters the
+        # allocated but idle GPUs; utilisation samples come every SAMPLE_INTERVAL_S, so checking
+        # more often would see nothing new.
         "idle-reclaim": {"task": "allocation.idle_reclaim", "schedule": sample_s,
                          "options": {"expires": sample_s}},
         # The time series store: this minute's points, finished hours rolled up, old ones pruned

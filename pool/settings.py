@@ -3,7 +3,8 @@
 With no DATABASE_URL / REDIS_URL the service runs on embedded engines: a PostgreSQL server and a
 Redis server under var/ (core/embedded.py), started by the first process that needs them, so
 `make run` works on a bare machine and runs the code production runs. Set both to use your own
-servers; no other change is needed.
+servers (REDIS_SENTINELS and REDIS_MASTER_NAME instead of REDIS_URL for a Sentinel group); no
+other change is needed.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import secrets
 import sys
 from pathlib import Path
-from typing import TypedDict
-from urllib.parse import urlparse
+from typing import Any, TypedDict
 
-import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from core import embedded
+from core.database_url import DatabaseUrlError, hosts, is_local, parse_database_url
 from core.env import env_bool, env_int, env_list, env_str
+from core.redis_clients import target_from_env
 
 # Django's generic classes subscriptable at run time (ModelAdmin[Lease], QuerySet[Host]) as the
 # type checker has them (mypy --strict); django-stubs' documented place is the settings module.
@@ -37,11 +38,19 @@ DATABASE_URL = env_str("DATABASE_URL") or (
     "postgres://postgres@localhost/gpupool" if _CHECKING_TYPES else embedded.postgres_url(VAR_DIR))
 
 
-def _database_is_local(url: str) -> bool:
-    """A server on this machine (loopback or a Unix socket): one machine, so every process reads
-    the same var/ and may share a key generated there."""
-    host = (urlparse(url).hostname or "").lower()
-    return host in {"", "localhost", "127.0.0.1", "::1"} or host.startswith("%2f")
+def _database(url: str) -> dict[str, Any]:
+    """The DATABASES entry of DATABASE_URL: one server, or several (a libpq multi-host URL for a
+    PostgreSQL HA cluster; core/database_url.py). A URL it cannot read stops the start, saying why."""
+    try:
+        return parse_database_url(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60), conn_health_checks=True)
+    except DatabaseUrlError as error:
+        raise ImproperlyConfigured(str(error)) from None
+
+
+# Here, before the secret key is chosen: whether the database is on this machine decides it.
+# CONN_MAX_AGE: a connection serves requests for a minute; the health check before each request's
+# first query replaces one that a restart or a failover cut (the API answers 503 meanwhile).
+DATABASES = {"default": _database(DATABASE_URL)}
 
 
 def _secret_key() -> str:
@@ -52,9 +61,10 @@ def _secret_key() -> str:
     configured = env_str("SECRET_KEY")
     if configured:
         return configured
-    if not DEBUG and not _database_is_local(DATABASE_URL):
+    if not DEBUG and not is_local(DATABASES["default"]):
+        where = ", ".join(host for host, _ in hosts(DATABASES["default"]))
         raise ImproperlyConfigured(
-            f"SECRET_KEY is required: DEBUG is off and the database ({urlparse(DATABASE_URL).hostname}) is on "
+            f"SECRET_KEY is required: DEBUG is off and the database ({where}) is on "
             "another machine, so every web server and worker must share one key. Set SECRET_KEY (or "
             "SECRET_KEY_FILE) to a long random string, e.g. `python -c 'import secrets; "
             "print(secrets.token_urlsafe(50))'`.")
@@ -138,29 +148,31 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------------------------
-DATABASES = {
-    "default": dj_database_url.parse(
-        DATABASE_URL,
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
-    )
-}
+# DATABASES: with DATABASE_URL at the top (the secret key depends on where the database is).
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache ---------------------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL") or ("redis://localhost:6379/0" if _CHECKING_TYPES else embedded.redis_url(VAR_DIR))
-CELERY_BROKER_URL = embedded.broker_url(REDIS_URL)
+# One server (REDIS_URL) or a Sentinel group (REDIS_SENTINELS, REDIS_MASTER_NAME): core.redis_clients
+# reads the variables once, here, and every Redis user (broker, cache, event stream, watch feed)
+# asks it for a client. REDIS_URL is the server's URL, or the group in words (no passwords).
+REDIS_TARGET = target_from_env(env_str, lambda: "redis://localhost:6379/0" if _CHECKING_TYPES
+                               else embedded.redis_url(VAR_DIR))
+REDIS_URL = REDIS_TARGET.display()
+CELERY_BROKER_URL = REDIS_TARGET.broker_url()
 # An unacknowledged message (acks_late: its worker died) is delivered again after this. One
 # value for every queue in kombu's Redis transport, and it must exceed the longest countdown a
 # task is sent with (a failed stop retried every 30 min, allocation.workloads.stopping) plus the
 # longest task run (unbind: 960 s), or Redis hands out again a message still held. The scheduling
 # pass does not wait on it: acknowledged on receipt, it is replaced by the periodic pass
 # (allocation.tasks.schedule_pass; tests/allocation/test_task_delivery.py).
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+# With Sentinel: the master's name (and the sentinels' password) for kombu's sentinel:// transport.
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600,
+                                                      **REDIS_TARGET.broker_transport_options()}
 # Short socket timeouts: a Redis that hangs must not hang requests (the cache fails open).
+# `target`: where the cache's client connects (core.cache; a URL in LOCATION alone also works).
 CACHES = {"default": {"BACKEND": "core.cache.RedisCache",  # Django's, keeping one client per pool
                       "LOCATION": REDIS_URL, "KEY_PREFIX": "gpupool",
-                      "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}}}
+                      "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 2.0, "target": REDIS_TARGET}}}
 
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
@@ -203,6 +215,8 @@ class GpupoolSettings(TypedDict):
     POLICY: str
     PREPARED_STATEMENTS: bool
     BEAT_LEASE_S: int
+    IDLE_BELOW_UTIL_PCT: int
+    IDLE_FOR_S: int
 
 
 GPUPOOL: GpupoolSettings = {
@@ -234,6 +248,11 @@ GPUPOOL: GpupoolSettings = {
     # A beat leader silent this long (frozen, cut off, its node lost) loses the lead: PostgreSQL ends
     # its session and a standby takes over (core/beat_lock.py). A leader that dies or stops frees it at once.
     "BEAT_LEASE_S": env_int("GPUPOOL_BEAT_LEASE_S", 10),
+    # Allocated but idle: a leased GPU below this utilisation (percent) for this long is flagged on
+    # the dashboard, in /metrics and in the usage report's idle GPU-hours. A lease under an
+    # idle_reclaim rule (its priority class's, else its pool's) is judged by that rule instead.
+    "IDLE_BELOW_UTIL_PCT": env_int("GPUPOOL_IDLE_BELOW_UTIL_PCT", 5),
+    "IDLE_FOR_S": env_int("GPUPOOL_IDLE_FOR_S", 1800),
 }
 
 # --- API ----------------------------------------------------------------------------------------
@@ -276,6 +295,40 @@ SPECTACULAR_SETTINGS = {
         "LeaseStateEnum": "allocation.choices.LeaseState",
     },
 }
+
+# --- single sign-on: OpenID Connect (docs/sso.md) -------------------------------------------------
+# Off while GPUPOOL_OIDC_ISSUER is unset: the user name and password form is then the only login.
+# On: the login page offers "Sign in with SSO" (the password form stays, for local accounts), and
+# `POST /api/v1/auth/device/` starts the CLI's device login. Which claims name the user and which
+# groups give teams and the admin role is the `sso:` section of the YAML configuration.
+class OidcSettings(TypedDict):
+    ISSUER: str | None         # the issuer URL, or its discovery document's URL
+    CLIENT_ID: str | None
+    CLIENT_SECRET: str | None  # None: a public client (PKCE only)
+    SCOPES: str
+    REDIRECT_URI: str | None   # None: this server's /login/sso/callback/ as the request reaches it
+    LABEL: str                 # "Sign in with LABEL"
+    TIMEOUT_S: float           # each call to the identity provider
+    TOKEN_DAYS: int            # lifetime of the API token a device login issues
+    RATE: str                  # anonymous device-login calls per client address
+
+
+OIDC: OidcSettings = {
+    "ISSUER": env_str("GPUPOOL_OIDC_ISSUER"),
+    "CLIENT_ID": env_str("GPUPOOL_OIDC_CLIENT_ID"),
+    "CLIENT_SECRET": env_str("GPUPOOL_OIDC_CLIENT_SECRET"),
+    "SCOPES": env_str("GPUPOOL_OIDC_SCOPES", "openid profile email"),
+    "REDIRECT_URI": env_str("GPUPOOL_OIDC_REDIRECT_URI"),
+    "LABEL": env_str("GPUPOOL_OIDC_LABEL", "SSO"),
+    "TIMEOUT_S": env_int("GPUPOOL_OIDC_TIMEOUT_S", 10),
+    "TOKEN_DAYS": env_int("GPUPOOL_OIDC_TOKEN_DAYS", 7),
+    "RATE": env_str("GPUPOOL_OIDC_RATE", "120/min"),
+}
+if OIDC["ISSUER"] and not OIDC["CLIENT_ID"]:
+    raise ImproperlyConfigured("GPUPOOL_OIDC_ISSUER is set but GPUPOOL_OIDC_CLIENT_ID is not: single sign-on "
+                               "needs the client id this server is registered under at the identity provider")
+if OIDC["ISSUER"] and "openid" not in OIDC["SCOPES"].split():
+    raise ImproperlyConfigured(f"GPUPOOL_OIDC_SCOPES must include 'openid', got {OIDC['SCOPES']!r}")
 
 # --- static, auth, i18n -------------------------------------------------------------------------
 STATIC_URL = "/static/"

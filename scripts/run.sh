@@ -12,7 +12,7 @@ mkdir -p "$VAR/log"
 
 embedded=()
 [ -n "${DATABASE_URL:-}" ] || embedded+=(PostgreSQL)
-[ -n "${REDIS_URL:-}" ] || embedded+=(Redis)
+[ -n "${REDIS_URL:-}" ] || [ -n "${REDIS_SENTINELS:-}" ] || embedded+=(Redis)
 # Resolved once here, so every process below gets the same URLs without looking them up again.
 eval "$($PY -m core.embedded env)"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole suite: lint, migrations check, then pytest on the real parts this machine has.
 # Engines: the machine's PostgreSQL and Redis when they answer on 127.0.0.1, else the embedded ones
-# (core/embedded.py, under var/test, stopped at the end). Tiers: OpenSSH server, Chromium, libfaketime.
+# (core/embedded.py, under var/test, stopped at the end). Tiers: OpenSSH server, Chromium, libfaketime,
+# an OpenID Provider (node).
 # Each tier that cannot run is named, with the reason, instead of failing obscurely.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,8 @@ command -v etcd >/dev/null 2>&1 || want+=(etcd-server)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || want+=(postgresql)
 command -v redis-sentinel >/dev/null 2>&1 || want+=(redis-sentinel)
 command -v stress-ng >/dev/null 2>&1 || want+=(stress-ng)
+# Single sign-on: the tests' OpenID Provider runs on node (installed below with npm).
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || want+=(nodejs npm)
 if [ ${#want[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${want[*]} for the real-part tests..."
@@ -41,6 +44,10 @@ fi
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || skipped+=("clock skew: libfaketime not installed")
 command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || skipped+=("PostgreSQL HA: patroni or etcd not installed")
 command -v redis-sentinel >/dev/null 2>&1 || skipped+=("Redis HA: redis-sentinel not installed")
+# node-oidc-provider (tests/support/oidc_provider/, the version package-lock.json pins) from the npm
+# registry, once, under var/oidc-provider; the single sign-on tests skip without it.
+if oidc=$($PY -m tests.support.oidc install 2>&1); then echo "$oidc"; else
+  skipped+=("single sign-on: ${oidc##*$'\n'}"); fi
 
 # --- PostgreSQL and Redis ---------------------------------------------------------------------
 # GPUPOOL_TEST_ENGINES=embedded runs the suite on the embedded engines even where servers answer.
@@ -52,18 +59,18 @@ PYEOF
   export DATABASE_URL="postgres://postgres@127.0.0.1:5432/gpupool"
 fi
 # Database 9 keeps test traffic away from a developer's own data in database 0.
-if [ -z "${REDIS_URL:-}" ] && machine && \
+if [ -z "${REDIS_URL:-}" ] && [ -z "${REDIS_SENTINELS:-}" ] && machine && \
    $PY -c 'import redis; redis.Redis(host="127.0.0.1", port=6379, db=9, socket_timeout=2).flushdb()' >/dev/null 2>&1; then
   export REDIS_URL="redis://127.0.0.1:6379/9"
 fi
 engines="machine's"
-if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+if [ -z "${DATABASE_URL:-}" ] || { [ -z "${REDIS_URL:-}" ] && [ -z "${REDIS_SENTINELS:-}" ]; }; then
   engines="embedded where none answered"
   eval "$($PY -m core.embedded env)" || { echo "the embedded engines did not start"; exit 1; }
   trap '$PY -m core.embedded stop "$GPUPOOL_VAR_DIR" >/dev/null 2>&1' EXIT
 fi
 
-echo "== engines ($engines): database=${DATABASE_URL} redis=${REDIS_URL}"
+echo "== engines ($engines): database=${DATABASE_URL} redis=${REDIS_URL:-sentinels ${REDIS_SENTINELS:-}}"
 status=0
 echo "== ruff (lint, complexity ≤ 10)"; .venv/bin/ruff check . || status=1
 echo "== mypy"; .venv/bin/mypy . || status=1
@@ -79,6 +86,6 @@ echo
 if [ ${#skipped[@]} -gt 0 ]; then
   echo "== tiers SKIPPED on this machine:"; for s in "${skipped[@]}"; do echo "   - $s"; done
 else
-  echo "== all tiers ran: PostgreSQL, Redis, OpenSSH server, Chromium"
+  echo "== all tiers ran: PostgreSQL, Redis, OpenSSH server, Chromium, OpenID Provider"
 fi
 exit $status

@@ -118,6 +118,33 @@ def answers(url: str) -> Callable[[Proc], bool]:
     return lambda _: http_ok(url, timeout=1)
 
 
+def is_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (read from /proc: Linux)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def command_line(pid: int) -> str:
+    """The command line of `pid` as `ps` shows it ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 @contextlib.contextmanager
 def running(procs: list[Proc], timeout: float = 90) -> Iterator[list[Proc]]:
     """Start `procs` in order (each ready before the next), stop them all on the way out."""

@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.ssh_fixtures",        # a real sshd, fake GPU hosts (agents, integration)
     "tests.support.kube",                # kube_api: a Kubernetes API test server (agents, integration, …)
     "tests.support.dashboard_fixtures",  # the seeded and the busy fleets (frontend, history, api)
+    "tests.support.oidc",                # oidc_provider: a real OpenID Provider (single sign-on tests)
 ]
 
 

@@ -39,3 +39,5 @@ def test_the_dockerfile_copies_every_package_the_project_installs() -> None:
     assert {"core", "pool", "history"} <= set(packages)
     for package in packages:
         assert f"COPY {package} ./{package}" in dockerfile
+    assert "COPY cli ./cli" in dockerfile
+    assert "pip install --no-cache-dir ./cli ." in dockerfile  # the client's distribution first

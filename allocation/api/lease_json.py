@@ -10,6 +10,7 @@ lease and the five rows it refers to; this costs ~5 µs a lease from a values() 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import tzinfo
 from typing import Any
@@ -19,7 +20,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from allocation.choices import END_STATES
-from allocation.models import Lease, LeaseGpu
+from allocation.models import Lease, LeaseGpu, workload_exit_code
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
@@ -80,7 +81,15 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "preempted_by": str(preempted_by) if preempted_by is not None else None,
         "warning": row["warning"], "idle_exempt": row["idle_exempt"],
         "stopping": stopping_view(state, row["ending_since"], row["binding_status"], lambda t: drf_datetime(t, tz)),
+        "exit_code": workload_exit_code(row["binding_status"]),
     }
+
+
+def lease_etag(body: bytes) -> str:
+    """The ETag of a lease's JSON as the API renders it (core.api.renderers.JSONRenderer): it
+    changes with anything a client sees (state, reason, queue position, estimated start, binding
+    status, expiry…). The long poll's `seen` compares with it."""
+    return hashlib.sha256(body).hexdigest()[:24]
 
 
 def lease_rows(queryset: QuerySet[Lease]) -> QuerySet[Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -15,7 +16,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
-from allocation.api.lease_json import lease_dict, lease_dicts, lease_rows, render_rows
+from allocation.api import exec as exec_api
+from allocation.api import logs as log_api
+from allocation.api import shells as shell_api
+from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
 from allocation.api.serializers import (
     AuditEventSerializer,
     LeaseCreateSerializer,
@@ -29,6 +33,7 @@ from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
 from allocation.selectors import lease_list
 from allocation.services.leases import lease_create, lease_release, lease_renew
+from core.api.renderers import JSONRenderer
 from core.api.viewsets import ReadOnlyViewSet
 from core.errors import DomainError
 
@@ -38,11 +43,15 @@ from core.errors import DomainError
     retrieve=extend_schema(
         summary="Read a lease (or wait for it to change)",
         description="Another team's lease is a 404. With `wait`, a long poll: the answer comes as soon as "
-                    "the lease's state differs from `state` (default: its state when the call arrives), or "
-                    "after `wait` seconds (at most 60) with the lease unchanged. Served without holding a "
-                    "request thread by the ASGI front (pool.asgi).",
+                    "the lease's state differs from `state` (default: its state when the call arrives) or, "
+                    "with `seen`, as soon as anything in the lease differs from the answer that carried "
+                    "that ETag (reason, queue position, estimated start too), or after `wait` seconds (at "
+                    "most 60) with the lease unchanged. Every answer has an `ETag` header. Served without "
+                    "holding a request thread by the ASGI front (pool.asgi).",
         parameters=[OpenApiParameter("wait", float, description="Seconds to wait for a change (0-60)."),
-                    OpenApiParameter("state", str, description="The state you last saw; answer once it differs.")]),
+                    OpenApiParameter("state", str, description="The state you last saw; answer once it differs."),
+                    OpenApiParameter("seen", str, description="The ETag of the lease you last saw; answer once "
+                                                              "anything in it differs.")]),
 )
 class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
     """Leases of the caller's teams (pool admins see all). Another team's lease is a 404.
@@ -67,10 +76,11 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         return self.get_paginated_response(render_rows(page if page is not None else list(rows)))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The lease, with its ETag (the long poll's `seen` takes it)."""
         found = lease_dicts([kwargs["pk"]], visible_to=request.user)
         if not found:
             raise NotFound()
-        return Response(found[0])
+        return Response(found[0], headers={"ETag": f'"{lease_etag(JSONRenderer().render(found[0]))}"'})
 
     @extend_schema(summary="Request GPUs", request=LeaseCreateSerializer,
                    responses={201: LeaseSerializer, 200: LeaseSerializer},
@@ -138,6 +148,35 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         deployment has no event stream and says so (404: not on this server)."""
         return Response({"code": "not_available", "message": "the lease event stream is served by the "
                          "ASGI application (pool.asgi:application); this server runs without it"}, status=404)
+
+    @log_api.DOCUMENTED
+    @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None,
+            content_negotiation_class=log_api.AnyAccept)
+    def logs(self, request: Request, pk: str | None = None) -> StreamingHttpResponse:
+        """The workload's output (allocation/api/logs.py). The ASGI front answers it before Django
+        is reached; this serves a WSGI-only server, from a request thread."""
+        return log_api.log_response(request.user, pk, request.query_params)
+
+    @exec_api.DOCUMENTED
+    @action(detail=True, methods=["get"], url_path="exec", url_name="exec", pagination_class=None,
+            filterset_class=None)
+    def exec(self, request: Request, pk: str | None = None) -> Response:
+        """A websocket on the ASGI front (allocation/watch/exec.py); here, the same checks, then 426."""
+        exec_api.plain_http_answer(request.user, pk, request.query_params)
+
+    @shell_api.ADD_DOC
+    @shell_api.LIST_DOC
+    @action(detail=True, methods=["get", "post"], url_path="ssh-keys", url_name="ssh-keys", pagination_class=None,
+            filterset_class=None)
+    def ssh_keys(self, request: Request, pk: str | None = None) -> Response:
+        """Keys that log in to the lease's host for its life (allocation/api/shells.py)."""
+        return shell_api.keys_answer(request, pk)
+
+    @shell_api.REMOVE_DOC
+    @action(detail=True, methods=["delete"], url_path=r"ssh-keys/(?P<key>[0-9]+)", url_name="ssh-key",
+            pagination_class=None, filterset_class=None)
+    def ssh_key(self, request: Request, pk: str | None = None, key: str | None = None) -> Response:
+        return shell_api.remove_answer(request, pk, key)
 
     @extend_schema(summary="A lease's audit trail", request=None, responses=AuditEventSerializer(many=True),
                    filters=False)

@@ -44,10 +44,13 @@ class StrictSerializer(serializers.Serializer[Any]):
 
 
 class BindingSerializer(StrictSerializer):
-    """`{"kind": "process", "command": [...], "env": {...}}` or `{"kind": "pod", "pod": {...}}`."""
+    """`{"kind": "process", "command": [...], "env": {...}}`, `{"kind": "pod", "pod": {...}}` or
+    `{"kind": "session"}`."""
 
-    kind = serializers.ChoiceField(choices=["process", "pod"],
-                                   help_text="process: started over SSH on the lease's host; pod: a Kubernetes pod.")
+    kind = serializers.ChoiceField(choices=["process", "pod", "session"],
+                                   help_text="process: started over SSH on the lease's host; pod: a Kubernetes pod; "
+                                             "session: nothing started, the lease is for shells on its host "
+                                             "(`POST leases/{id}/ssh-keys/`, `gpupool ssh`): ssh sources only.")
     command = serializers.ListField(child=serializers.CharField(max_length=8192, trim_whitespace=False),
                                     required=False, min_length=1, max_length=256,
                                     help_text="process: argv of the command, run with CUDA_VISIBLE_DEVICES set.")
@@ -58,10 +61,19 @@ class BindingSerializer(StrictSerializer):
                                       help_text="pod: namespace to create it in (default: the source's).")
     pod = serializers.DictField(required=False, help_text="pod: a Pod manifest.")
     duration_s = serializers.IntegerField(required=False, min_value=0,
-                                          help_text="Simulated sources only: run time of the fake workload.")
+                                          help_text="Simulated sources only: run time of the fake workload "
+                                                    "(default: the source's `workload_duration_s`, else until "
+                                                    "the lease ends).")
+    exit_code = serializers.IntegerField(required=False, min_value=0, max_value=255,
+                                         help_text="Simulated sources only: the fake workload's exit code when its "
+                                                   "time is up (default 0).")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["kind"] == "process":
+        if attrs["kind"] == "session":
+            extra = sorted(set(attrs) - {"kind"})
+            if extra:
+                raise serializers.ValidationError({extra[0]: ["not allowed on a session binding: it starts nothing"]})
+        elif attrs["kind"] == "process":
             if not attrs.get("command"):
                 raise serializers.ValidationError({"command": ["a process binding needs a command list"]})
             bad = [k for k in attrs.get("env", {}) if not ENV_NAME.match(k)]
@@ -192,6 +204,11 @@ STOPPING_HELP = ("Set while the lease has ended but keeps its GPUs until its wor
                  "preemption notice runs out); null otherwise. A failed stop is retried with backoff "
                  "(5 s doubling to 5 min; every 30 min after a permanent error) and the GPUs are never "
                  "freed without a stop, unless an admin forgets the host's workloads.")
+EXIT_CODE_HELP = ("The workload's exit code once it ended on its own: a process's exit status (128+N when "
+                  "signal N killed it), a pod's failed container's code (0 when the pod succeeded). Null while "
+                  "it runs, for a lease without a workload, and when gpupool ended it (release, expiry, "
+                  "preemption, loss: `state` and `reason` say which). A lease whose workload ended on its own "
+                  "is `released` with this code and the reason in words.")
 STOPPING_SCHEMA: dict[str, Any] = {
     "type": "object", "nullable": True, "description": STOPPING_HELP,
     "properties": {
@@ -226,6 +243,7 @@ class LeaseSerializer(serializers.ModelSerializer[Any]):
     preempted_by = serializers.UUIDField(source="preempted_by_id", read_only=True, allow_null=True,
                                          help_text="Lease that preempted this one, or null.")
     stopping = serializers.SerializerMethodField(help_text=STOPPING_HELP)
+    exit_code = serializers.SerializerMethodField(help_text=EXIT_CODE_HELP)
 
     class Meta:
         model = Lease
@@ -233,7 +251,7 @@ class LeaseSerializer(serializers.ModelSerializer[Any]):
                   "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "selector",
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
                   "granted_at", "expires_at", "ended_at", "reason", "pending_code", "queue_position",
-                  "estimated_start", "binding", "preempted_by", "warning", "idle_exempt", "stopping"]
+                  "estimated_start", "binding", "preempted_by", "warning", "idle_exempt", "stopping", "exit_code"]
         read_only_fields = fields
         extra_kwargs = {
             "id": {"help_text": "Lease id (UUID)."},
@@ -273,12 +291,24 @@ class LeaseSerializer(serializers.ModelSerializer[Any]):
         "status": {"type": "object", "description": "Live status: state (starting, running, succeeded, failed, "
                                                     "gone; stopping while its workload is being stopped, then "
                                                     "stopped or forgotten), exit_code, reason, handle, and `stop` "
-                                                    "(the attempts at stopping it)."}}})
+                                                    "(the attempts at stopping it).",
+                   "properties": {
+                       "state": {"type": "string", "description": "waiting for grant, starting, running; how "
+                                 "it ended on its own: succeeded (exit 0), failed (another code, or it never "
+                                 "started), gone (removed outside gpupool); or stopping, stopped, forgotten "
+                                 "when gpupool ended it."},
+                       "exit_code": {"type": "integer", "nullable": True,
+                                     "description": "As the lease's `exit_code` (set once it ended on its own)."},
+                       "reason": {"type": "string", "description": "How it ended, in words."}}}}})
     def get_binding(self, lease: Lease) -> dict[str, Any] | None:
         if not lease.binding_spec:
             return None
         return {"kind": lease.binding_kind, "spec": lease.binding_spec,
                 "status": lease.binding_status or {"state": "waiting for grant"}}
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_exit_code(self, lease: Lease) -> int | None:
+        return lease.exit_code
 
     @extend_schema_field(STOPPING_SCHEMA)
     def get_stopping(self, lease: Lease) -> dict[str, Any] | None:

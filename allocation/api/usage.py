@@ -30,6 +30,9 @@ _ROW_FIELDS: dict[str, serializers.Field[Any, Any, Any, Any]] = {
     "team": serializers.CharField(required=False, help_text="The group's key, named after group_by: team, "
                                                             "pool, model, user or day (YYYY-MM-DD)."),
     "gpu_hours": serializers.FloatField(help_text="GPU-hours (MIG slices and time-sliced replicas weighted)."),
+    "idle_gpu_hours": serializers.FloatField(help_text="Of gpu_hours, those the GPUs sat allocated but idle: "
+                                                       "below the idle threshold for the idle time (metered "
+                                                       "from then, per UTC hour)."),
     "cost": serializers.FloatField(required=False, help_text="With prices set: cost of the priced GPU-hours."),
     "unpriced_gpu_hours": serializers.FloatField(required=False, help_text="With prices set: GPU-hours of "
                                                                            "models no price names."),
@@ -41,6 +44,7 @@ _REPORT = inline_serializer("UsageReport", {
     "rows": inline_serializer("UsageRow", _ROW_FIELDS, many=True, help_text="One per group with usage, by key."),
     "total": inline_serializer("UsageTotal", {
         "gpu_hours": serializers.FloatField(help_text="GPU-hours of all rows."),
+        "idle_gpu_hours": serializers.FloatField(help_text="Idle GPU-hours of all rows."),
         "cost": serializers.FloatField(required=False, help_text="With prices set: cost of all rows.")},
         help_text="The sums over the rows."),
 })
@@ -57,9 +61,10 @@ class UsageViewSet(ApiViewSet):
         responses=_REPORT,
         description="GPU-hours metered from grant to end per lease (a MIG slice counts its share of the GPU, "
                     "a time-sliced replica 1/N), clipped to [since, until), grouped by team, pool, model, user "
-                    "or UTC day; with prices configured, the cost. Members see their teams' usage, pool admins "
-                    "everyone's. 400 (`invalid`, `invalid_window`, `window_too_long`, `unknown_team`, "
-                    "`unknown_pool`) names the parameter; 403 `not_a_member` for another team.")
+                    "or UTC day, with the idle GPU-hours among them; with prices configured, the cost. Members "
+                    "see their teams' usage, pool admins everyone's. 400 (`invalid`, `invalid_window`, "
+                    "`window_too_long`, `unknown_team`, `unknown_pool`) names the parameter; 403 `not_a_member` "
+                    "for another team.")
     def report(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # A plain dict, not the QueryDict: DRF would read `until=` in a QueryDict as absent.
         params = UsageQuerySerializer(data=request.query_params.dict())

@@ -24,14 +24,16 @@ from allocation.config.specs import (
     QuotaSpec,
     SchedulerSpec,
     SourceSpec,
+    SsoSpec,
     TeamSpec,
 )
+from allocation.config.sso import check_sso
 
 __all__ = ["POOL_SCHEDULER_KEYS", "TOP_KEYS", "Config", "ConfigError", "PoolSchedulerSpec", "PoolSpec",
-           "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "TeamSpec", "load_config_file",
+           "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "SsoSpec", "TeamSpec", "load_config_file",
            "parse_config"]
 
-TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler"}
+TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler", "sso"}
 
 
 def parse_config(text: str, filename: str = "<config>") -> Config:
@@ -54,6 +56,7 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
         for path, item in chk.entries(data, section):
             check(chk, path, item, seen, cfg)
     check_scheduler(chk, data.get("scheduler"), cfg)
+    check_sso(chk, data.get("sso"), cfg)
 
     if chk.errors:
         raise ConfigError(chk.errors)

@@ -29,6 +29,14 @@ from allocation.config.apply_notifications import (
     export_notifications,
     prune_notifications,
 )
+from allocation.config.apply_sso import (
+    adopt_members,
+    apply_sso,
+    export_sso,
+    prune_sso,
+    sso_members,
+    sso_reference_errors,
+)
 from allocation.config.idle import idle_reclaim_export
 from allocation.config.queue_caps import queue_caps_export
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
@@ -69,6 +77,7 @@ def _check_references(cfg: Config) -> None:
         if b.pool is not None and b.pool not in pools:
             errors.append(f"{b.label}: pool {b.pool!r} is not defined")
     errors += check_notification_teams(cfg, teams)
+    errors.extend(sso_reference_errors(cfg, teams))
     if errors:
         raise ConfigError(errors)
 
@@ -82,6 +91,7 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
     with transaction.atomic():
         pools = _apply_pools(cfg, changes)
         teams = _apply_teams(cfg, changes)
+        apply_sso(cfg, teams, changes)
         _apply_quotas(cfg, teams, pools, changes)
         _apply_priority_classes(cfg, changes)
         _apply_scheduler(cfg, changes)
@@ -93,6 +103,7 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
             changes.extend(_prune(cfg))
             changes.extend(prune_budgets_and_prices(cfg))
             changes.extend(prune_notifications(cfg))
+            changes.extend(prune_sso(cfg))
         if budgets_changed:
             budgets_refresh(now=timezone.now())  # the new limits' standing, at once
         if changes:
@@ -173,7 +184,8 @@ def _apply_teams(cfg: Config, changes: list[str]) -> dict[str, Team]:
 
 def _add_members(team: Team, members: Sequence[str], changes: list[str]) -> None:
     """Members named in the config join the team (users are created without a password: they log
-    in through whatever the deployment configures); members not named are left alone."""
+    in through whatever the deployment configures); members not named are left alone. A member
+    single sign-on had added is the config's from now on (allocation.config.apply_sso)."""
     user_model = get_user_model()
     current = {u.username for u in team.members.all()}
     for name in sorted(set(members) - current):
@@ -183,6 +195,7 @@ def _add_members(team: Team, members: Sequence[str], changes: list[str]) -> None
             user.save()
         team.members.add(user)
         changes.append(f"+ member {name} of team {team.name}")
+    adopt_members(team, members, changes)
 
 
 def _apply_quotas(cfg: Config, teams: dict[str, Team], pools: dict[str, Pool], changes: list[str]) -> None:
@@ -279,11 +292,13 @@ def _prune(cfg: Config) -> list[str]:
 
 def config_export() -> dict[str, Any]:
     """The database's configuration in the same format `apply` reads (secrets left out)."""
+    teams = list(Team.objects.prefetch_related("members"))
+    from_sso = sso_members(t.pk for t in teams)  # the provider's to give, not the file's
     data: dict[str, Any] = {
         "pools": [_export_pool(p) for p in Pool.objects.select_related("scheduling")],
         "teams": [{"name": t.name, "weight": t.weight,
-                   "members": sorted(u.username for u in t.members.all())}
-                  for t in Team.objects.prefetch_related("members")],
+                   "members": sorted(u.username for u in t.members.all() if u.username not in from_sso.get(t.pk, ()))}
+                  for t in teams],
         "quotas": [_quota_export(q) for q in Quota.objects.select_related("team", "pool")],
         "priority_classes": [_export_priority_class(c) for c in PriorityClass.objects.all()],
     }
@@ -296,6 +311,9 @@ def config_export() -> dict[str, Any]:
     data["budgets"] = export_budgets()
     data["prices"] = export_prices()
     data["notifications"] = export_notifications()
+    sso = export_sso()
+    if sso is not None:
+        data["sso"] = sso
     for weight_holder in data["teams"]:
         if float(weight_holder["weight"]).is_integer():
             weight_holder["weight"] = int(weight_holder["weight"])

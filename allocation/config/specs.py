@@ -117,6 +117,17 @@ class NotificationSpec:
     expiring_before_s: float = DEFAULT_EXPIRING_BEFORE_S
 
 
+@dataclass(frozen=True)
+class SsoSpec:
+    """`sso:`: which claims name a user and list their groups, which groups give which teams,
+    which groups make pool admins. None: the file does not say (left as it is, or the default)."""
+
+    username_claim: str | None = None
+    groups_claim: str | None = None
+    teams: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # group → team names
+    admins: tuple[str, ...] = ()
+
+
 @dataclass
 class Config:
     pools: list[PoolSpec] = field(default_factory=list)
@@ -128,3 +139,4 @@ class Config:
     budgets: list[BudgetSpec] = field(default_factory=list)
     prices: list[PriceSpec] = field(default_factory=list)
     notifications: list[NotificationSpec] = field(default_factory=list)
+    sso: SsoSpec | None = None

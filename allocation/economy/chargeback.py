@@ -92,12 +92,14 @@ def chargeback_by_day(*, user: Any, query: UsageQuery, now: datetime | None = No
 def report_json(report: UsageReport) -> dict[str, Any]:
     rows = []
     for row in report.rows:
-        item: dict[str, Any] = {report.group_by: row.key, "gpu_hours": row.gpu_hours}
+        item: dict[str, Any] = {report.group_by: row.key, "gpu_hours": row.gpu_hours,
+                                "idle_gpu_hours": row.idle_gpu_hours}
         if report.priced:
             item["cost"] = row.cost
             item["unpriced_gpu_hours"] = row.unpriced_gpu_hours
         rows.append(item)
-    total: dict[str, Any] = {"gpu_hours": round(report.total_gpu_hours, 6)}
+    total: dict[str, Any] = {"gpu_hours": round(report.total_gpu_hours, 6),
+                             "idle_gpu_hours": round(report.total_idle_gpu_hours, 6)}
     if report.priced:
         total["cost"] = round(report.total_cost or 0.0, 6)
     return {"since": report.since.isoformat(), "until": report.until.isoformat(), "group_by": report.group_by,
@@ -106,10 +108,11 @@ def report_json(report: UsageReport) -> dict[str, Any]:
 
 def report_table(report: UsageReport) -> tuple[list[str], list[list[str]]]:
     """Headers and rows as text (GPU-hours to 2 decimals, cost to 2)."""
-    headers = [report.group_by, "gpu_hours"] + (["cost", "unpriced_gpu_hours"] if report.priced else [])
+    headers = [report.group_by, "gpu_hours", "idle_gpu_hours"]
+    headers += ["cost", "unpriced_gpu_hours"] if report.priced else []
     rows = []
     for row in report.rows:
-        cells = [row.key, f"{row.gpu_hours:.2f}"]
+        cells = [row.key, f"{row.gpu_hours:.2f}", f"{row.idle_gpu_hours:.2f}"]
         if report.priced:
             cells += [f"{row.cost or 0.0:.2f}", f"{row.unpriced_gpu_hours or 0.0:.2f}"]
         rows.append(cells)
@@ -120,9 +123,11 @@ def report_csv(report: UsageReport) -> str:
     """One line per group, full precision: for spreadsheets."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([report.group_by, "gpu_hours"] + (["cost", "unpriced_gpu_hours"] if report.priced else []))
+    writer.writerow([report.group_by, "gpu_hours", "idle_gpu_hours"]
+                    + (["cost", "unpriced_gpu_hours"] if report.priced else []))
     for row in report.rows:
-        writer.writerow([row.key, row.gpu_hours] + ([row.cost, row.unpriced_gpu_hours] if report.priced else []))
+        writer.writerow([row.key, row.gpu_hours, row.idle_gpu_hours]
+                        + ([row.cost, row.unpriced_gpu_hours] if report.priced else []))
     return out.getvalue()
 
 
@@ -132,7 +137,7 @@ def report_text(report: UsageReport) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
               for r in rows]
-    total = f"total {report.total_gpu_hours:.2f} GPU-hours"
+    total = f"total {report.total_gpu_hours:.2f} GPU-hours ({report.total_idle_gpu_hours:.2f} idle)"
     if report.priced:
         total += f", cost {report.total_cost or 0.0:.2f}"
     since, until = report.since.astimezone(UTC), report.until.astimezone(UTC)

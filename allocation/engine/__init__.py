@@ -10,7 +10,8 @@ rows, their GPU links, the GPU rows, the preempted leases, every audit event of 
 INSERT, and the queue explanations that changed (`apply.write_explanations` bounds how many).
 A pass that changes nothing writes nothing. Every lease granted or preempted gets its event in the
 outbox in one INSERT of the pass's transaction; watchers hear of them once it commits
-(`outbox.announce`).
+(`outbox.announce`), and of the pending leases whose explanation changed too
+(`events.announce_explained`: a long poll on one of them answers at once).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from prometheus_client import Histogram
 
 from allocation.audit import audit_rows_insert
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
+from allocation.events import announce_explained
+from allocation.models import PassWanted
 from allocation.outbox import announce
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
@@ -37,7 +40,7 @@ from core.db import POOL_LOCKS, advisory_xact_lock
 from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
-__all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass"]
+__all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass", "run_wanted_passes"]
 logger = logging.getLogger(__name__)
 ROUNDS = 3
 # Served where the pass runs: the scheduler worker's metrics port (or /metrics when tasks run eagerly).
@@ -91,6 +94,27 @@ def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) ->
     return reports
 
 
+def run_wanted_passes() -> list[PassReport]:
+    """Run the passes recorded as wanted while the broker could not take their trigger
+    (`allocation.triggers.want_pass`), one per pool; usually none (one read of an empty table).
+
+    Each pool's row is claimed in the transaction of its pass (a worker running the same claims
+    skips it), so a pass that fails leaves its row for the next call, and a pass that commits
+    took it away with it."""
+    table = connection.ops.quote_name(PassWanted._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT pool_id FROM {table} ORDER BY pool_id")
+        wanted = [int(row[0]) for row in cur.fetchall()]
+    reports = []
+    for pool_id in wanted:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute(f"DELETE FROM {table} WHERE pool_id = (SELECT pool_id FROM {table} WHERE pool_id = %s "
+                        "FOR UPDATE SKIP LOCKED) RETURNING pool_id", [pool_id])
+            if cur.fetchone() is not None:
+                reports += run_pass([pool_id])
+    return reports
+
+
 def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) -> PassReport:
     report = PassReport(pool=pool.name)
     read = read_pool(pool, now)
@@ -115,7 +139,9 @@ def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) ->
             break
         read = after(read, step)
     if decisions is not None:
-        write_explanations(pool, read, decisions, now)
+        explained = write_explanations(pool, read, decisions, now)
+        if explained:
+            transaction.on_commit(lambda: announce_explained(explained))
         report.pending = len(decisions.pending)
     audit_rows_insert(audit)
     announce(changes)

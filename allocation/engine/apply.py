@@ -160,9 +160,9 @@ def after(read: PoolRead, step: Step) -> PoolRead:
                     read.gpu_meter)
 
 
-def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> int:
-    """Store each pending lease's code, reason, queue position and estimated start where they changed,
-    in one UPDATE (only on leases still pending). Returns the number of leases written.
+def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> set[str]:
+    """Store each pending lease's code, reason, queue position and estimated start where they
+    changed, in one UPDATE (only on leases still pending). Returns the ids of the leases written.
 
     Bounded cost: a lease's first explanation (none stored yet), and any change at the head of
     the queue (old or new position ≤ EXPLAIN_HEAD), are written at once; changes further back
@@ -188,7 +188,7 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         _tail_written[pool.pk] = _clock()
         head += tail
     if not head:
-        return 0
+        return set()
     keys, codes, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
-    return len(bulk_update_columns(Lease, keys, ["pending_code", "reason", "queue_position", "estimated_start"],
-                                   [codes, reasons, positions, starts], only_if={"state": LeaseState.PENDING}))
+    return bulk_update_columns(Lease, keys, ["pending_code", "reason", "queue_position", "estimated_start"],
+                               [codes, reasons, positions, starts], only_if={"state": LeaseState.PENDING})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -207,6 +208,11 @@ class Lease(models.Model):
         return "handle" in status or "bind" in status or self.state == LeaseState.BOUND
 
     @property
+    def exit_code(self) -> int | None:
+        """The workload's exit code once it ended on its own (`workload_exit_code`)."""
+        return workload_exit_code(self.binding_status)
+
+    @property
     def is_renewable(self) -> bool:
         """Whether its TTL may be renewed: while it waits or holds GPUs."""
         return self.is_holding or self.state == LeaseState.PENDING
@@ -232,6 +238,14 @@ WORKLOAD_MAY_RUN = (Q(binding_status__has_key="handle") | Q(binding_status__has_
                     | Q(state=LeaseState.BOUND))
 
 
+def workload_exit_code(binding_status: Any) -> int | None:
+    """The exit code a workload ended with on its own, as its connector observed it (a process's
+    exit status, 128+N when a signal N killed it; a pod's failed container's code, 0 when it
+    succeeded); None while it runs, when the lease had none, or when gpupool stopped it."""
+    code = (binding_status or {}).get("exit_code") if isinstance(binding_status, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 def expired_at(now: datetime) -> Q:
     """Leases whose TTL has run out at `now` while they hold GPUs (`Lease.is_expired`)."""
     return Q(state__in=HOLDING_STATES, expires_at__lte=now)
@@ -244,6 +258,14 @@ class LeaseGpu(models.Model):
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="gpu_links")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="lease_links")
     active = models.BooleanField(default=True)
+    # Allocated but idle (allocation.services.idle_gpus, each idle check): the GPU's run of
+    # samples below the idle threshold as the last check left it, and when that run reached the
+    # idle time (null: not idle that long, or no fresh telemetry), which flags it on the
+    # dashboard and in /metrics. Null until the first check after the grant.
+    idle_since = models.DateTimeField(null=True, blank=True)
+    idle_seen_at = models.DateTimeField(null=True, blank=True)
+    idle_flagged_at = models.DateTimeField(null=True, blank=True)
+    idle_metered_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "lease GPU"
@@ -391,7 +413,12 @@ class Reservation(models.Model):
 
 
 # Metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
-# it) and notifications (allocation.notify), live in their own modules; imported here so Django registers them.
+# it), notifications (allocation.notify), users' shell keys, single sign-on's mapping and the passes
+# wanted while the broker was away (allocation.triggers) live in their own modules; imported here so
+# Django registers them.
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
-from allocation.models.usage import Budget, LeaseUsage, Price  # noqa: E402, F401
+from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
+from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401
+from allocation.models.usage import Budget, IdleUsage, LeaseUsage, Price  # noqa: E402, F401
+from allocation.models.wanted import PassWanted  # noqa: E402, F401

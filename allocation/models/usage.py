@@ -9,6 +9,7 @@ lease counts up to now.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -45,6 +46,36 @@ class LeaseUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id}: {self.gpu_equiv:g} × {self.model} from {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class IdleUsage(models.Model):
+    """GPU-seconds leased GPUs sat allocated but idle within one UTC `hour`, per team, pool, user
+    (the lease's requester) and model: what the usage report groups by. Weighted as the meter
+    weighs a GPU (a MIG slice its share, a time-sliced replica 1/N); added to by each idle check
+    (allocation.services.idle_gpus) from the time a GPU was flagged. One row per group and hour,
+    not per lease: a month of a fleet a quarter idle is thousands of rows, not millions."""
+
+    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="idle_usage")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="idle_usage")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idle_usage")
+    model = models.CharField(max_length=128, blank=True, default="")
+    hour = models.DateTimeField()
+    gpu_seconds = models.FloatField()
+
+    class Meta:
+        verbose_name = "idle usage"
+        verbose_name_plural = "idle usage"
+        ordering = ["-hour"]
+        indexes = [models.Index(fields=["hour"]), models.Index(fields=["team", "hour"])]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "pool", "user", "model", "hour"],
+                                    name="idle_usage_one_row_per_hour"),
+            models.CheckConstraint(condition=Q(gpu_seconds__gte=0), name="idle_usage_gpu_seconds_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return (f"team {self.team_id} pool {self.pool_id} user {self.user_id}: {self.gpu_seconds:g} idle GPU-s "
+                f"in {self.hour:%Y-%m-%d %H}:00")
 
 
 class Budget(models.Model):

@@ -40,6 +40,9 @@ RETENTION = timedelta(days=30)  # delivered and failed rows kept this long in th
 DELIVERIES = Counter("gpupool_notification_deliveries", "Notification delivery attempts by target kind and outcome "
                      "(delivered, retry, failed: given up, gone: the receiver answered 410)", ["kind", "outcome"],
                      registry=TASK_METRICS)
+for _kind in TRANSPORTS:  # every series exported from the start, at 0 (pool.metrics says why)
+    for _outcome in ("delivered", "retry", "failed", "gone"):
+        DELIVERIES.labels(_kind, _outcome)
 PENDING, DELIVERED, FAILED = NotificationDelivery.PENDING, NotificationDelivery.DELIVERED, NotificationDelivery.FAILED
 
 

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from allocation.policy import (
     backfill,
+    estimates,
     explain,
     preemption,
     preemption_fair,
@@ -65,6 +66,8 @@ class _FairPass(PoolPass):
         super().__init__(state, name, decisions)
         self.snapshot = state.snapshot
         self.now = state.snapshot.now
+        self.first = len(decisions.pending)  # where this pool's pending entries begin
+        self.requests: dict[str, RequestView] = {}
         self.reservations: list[backfill.Reservation] = []
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
@@ -95,6 +98,7 @@ class _FairPass(PoolPass):
         queues: dict[str, list[RequestView]] = defaultdict(list)
         for req in requests:
             queues[req.team].append(req)
+            self.requests[req.lease_id] = req
         for queue in queues.values():
             queue.sort(key=queue_order, reverse=True)  # pop() from the end is the head
         if self.holds is not None:
@@ -256,13 +260,16 @@ class _FairPass(PoolPass):
         self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
 
     def finish(self) -> None:
-        """Fill in the heads' estimated starts (when the snapshot asks for them)."""
+        """Fill in the estimated starts (when the snapshot asks for them): the heads' from
+        backfill, host by host; every other pending request's from the queue sweep
+        (estimates.py), after the heads."""
         if not self.snapshot.estimate_starts:
             return
         for res in self.reservations:
             backfill.realize(self.pool, res, self.now)
             item = self.decisions.pending[res.pending_index]
             self.decisions.pending[res.pending_index] = replace(item, estimated_start=res.start)
+        estimates.fill(self.pool, self.decisions.pending, self.first, self.requests, self.now)
 
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)

@@ -19,13 +19,18 @@ its pool's, none: no idle reclaim):
   Idle for `for_s` or more: **warn** (the warning is the user's notice). Reclaim once the warning
   has stood `warn_s` (`warn_s: 0` reclaims at once, with no notice). Anything else (busy, no
   telemetry, idle for less than `for_s`: a burst of work restarted the run) clears a warning.
+
+The same runs flag allocated but idle GPUs (`allocation.services.idle_gpus`): `IdleRun` is one
+GPU's run carried from check to check (`idle_run_advance` folds in the samples that came since,
+agreeing with `gpu_idle_since` over all of them), flagged once it is `for_s` long
+(`idle_run_flagged_at`).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -129,3 +134,43 @@ def reclaim_text(rule: IdleReclaim, gpus: int, *, since: str) -> str:
 
 def _all(gpus: int) -> str:
     return "its GPU" if gpus == 1 else f"all {gpus} GPUs"
+
+
+# --- allocated but idle, one GPU at a time, carried from check to check ---------------------------
+@dataclass(frozen=True)
+class IdleRun:
+    """A GPU's idle run as the last check left it: `since`, the oldest sample of its unbroken run
+    below the threshold (None: not idle); `seen_at`, the newest sample folded in (None: none yet).
+    Each check carries it on with the samples that came since (`idle_run_advance`), so it reads
+    each sample once, and agrees with `gpu_idle_since` over all of them."""
+
+    since: float | None = None
+    seen_at: float | None = None
+
+
+def idle_run_advance(run: IdleRun, samples: Iterable[tuple[float, float | None]], threshold: float, *,
+                     max_gap_s: float) -> IdleRun:
+    """`run` carried on with `samples` `(at, utilization_pct or None)`, any order; those at or
+    before `run.seen_at` are ignored. The rules of `gpu_idle_since`: a sample without a reading or
+    at or above `threshold` breaks the run; one more than `max_gap_s` after the sample before it
+    starts a new run."""
+    since, seen = run.since, run.seen_at
+    for at, util in sorted(samples, key=lambda sample: sample[0]):
+        if seen is not None and at <= seen:
+            continue
+        if util is None or util >= threshold:
+            since = None
+        elif since is None or (seen is not None and at - seen > max_gap_s):
+            since = at
+        seen = at
+    return IdleRun(since, seen)
+
+
+def idle_run_flagged_at(run: IdleRun, *, for_s: float, now: float, max_gap_s: float) -> float | None:
+    """When the GPU's run reached `for_s` (it is then flagged: allocated but idle), or None: not
+    idle that long, or its newest sample is more than `max_gap_s` old (no telemetry, which
+    `evaluate` never reclaims either)."""
+    if run.since is None or run.seen_at is None or now - run.seen_at > max_gap_s:
+        return None
+    flagged = run.since + for_s
+    return flagged if flagged <= now else None

@@ -21,7 +21,8 @@ from typing import Any
 
 PROCESS = "process"
 POD = "pod"
-WORKLOADS: frozenset[str] = frozenset({PROCESS, POD})
+SESSION = "session"  # a shell on the lease's host, nothing started (ssh)
+WORKLOADS: frozenset[str] = frozenset({PROCESS, POD, SESSION})
 #: The keys a selector may carry.
 SELECTOR_KEYS = ("source", "host", "labels")
 

@@ -8,7 +8,7 @@ from functools import partial
 from django.db import transaction
 from django.db.models import Q
 
-from allocation.audit import audit
+from allocation.audit import audit, bulk_audit
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
 from allocation.lease_states import lease_end, lease_free_gpus, stop_pending
 from allocation.models import Lease, Quota, Team
@@ -46,11 +46,17 @@ def host_admin_action(*, host: Host, verb: str, actor: str) -> Host:
         # Each end locks its team's fair-share ledger row: in team order, the order every other
         # writer of several takes them in (ledger_close_many), or two drains (or a drain and a
         # pass's preemptions) ending leases of teams a and b lock their rows the other way round.
+        why = f"host {host.name} drained by {actor}"
         for lease in sorted(leases, key=lambda lease: lease.team_id):
-            lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True, now=now,
-                      reason=f"host {host.name} drained by {actor}")
+            lease_end(lease, LeaseState.PREEMPTED, actor=actor, keep_gpus=True, now=now, reason=why)
             if stop_pending(lease):
                 transaction.on_commit(partial(request_unbind, lease.pk))
+        # A preemption like the pass's and idle reclaim's, so `gpupool_preemptions_total` counts
+        # it (cause "drain").
+        bulk_audit(audit(actor=actor, action="lease.preempt", obj=lease, lease=lease, at=now, message=why,
+                         data={"victim": str(lease.pk), "by": None, "victim_team": lease.team.name,
+                               "grace_s": lease.priority_class.grace_s,
+                               "cause": "drain", "host": host.name}) for lease in leases)
     return host
 
 
@@ -103,7 +109,7 @@ def _holding_leases_locked(host: Host) -> list[Lease]:
     the model's order (newest first), the order the pass locks its preemption victims in. A
     lease another transaction ended while this one waited for it is left out: PostgreSQL checks
     the state again on the row it waited for."""
-    return list(Lease.objects.select_for_update(of=("self",))
+    return list(Lease.objects.select_for_update(of=("self",)).select_related("priority_class", "team")
                 .filter(host_id=host.pk, state__in=HOLDING_STATES))
 
 

@@ -75,7 +75,7 @@ class _Plan:
     reclaim: list[tuple[dict[str, Any], IdleReclaim, IdleState]] = field(default_factory=list)
 
 
-def _rules() -> tuple[dict[int, IdleReclaim], dict[int, IdleReclaim]]:
+def idle_rules() -> tuple[dict[int, IdleReclaim], dict[int, IdleReclaim]]:
     """(pool id → rule, priority class id → rule), for those that have one."""
     pools = {row.pool_id: row.idle_reclaim for row in PoolScheduling.objects.filter(idle_for_s__isnull=False)}
     classes = {pc.pk: pc.idle_reclaim for pc in PriorityClass.objects.filter(idle_for_s__isnull=False)}
@@ -134,7 +134,7 @@ def leases_idle_check(*, now: datetime | None = None) -> dict[str, int]:
     were stamped by it, and a skewed worker must not reclaim before `warn_s` has passed."""
     now = now or db_now()
     counts = {"warned": 0, "cleared": 0, "reclaimed": 0}
-    rules = _rules()
+    rules = idle_rules()
     with transaction.atomic():
         wanted = Q(pool_id__in=list(rules[0])) | Q(priority_class_id__in=list(rules[1])) | Q(warned_at__isnull=False)
         rows = list(Lease.objects.select_for_update(skip_locked=True, of=("self",))

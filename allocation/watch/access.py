@@ -42,7 +42,8 @@ def is_uuid(value: str) -> bool:
 
 
 def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
-    """The API's authentication: `Authorization: Token KEY`, else the dashboard's session cookie.
+    """The API's authentication: `Authorization: Token KEY` (or `Bearer KEY`), else the dashboard's
+    session cookie.
     None when neither names an active user; an expired or revoked token raises the handlers'
     HttpError (401 `token_expired` / `token_revoked`), as the API answers."""
     from django.conf import settings
@@ -51,14 +52,18 @@ def viewer_from_headers(headers: dict[str, str]) -> Viewer | None:
     from core.roles import is_pool_admin
 
     user: Any = None
-    auth = headers.get("authorization", "").split()
-    if auth:
-        if len(auth) != 2 or auth[0].lower() != "token":
-            return None
-        from core.tokens import TokenRefused, token_lookup
+    auth = headers.get("authorization", "")
+    if auth.strip():
+        from core.tokens import TokenRefused, key_from_authorization, token_lookup
 
         try:
-            user = token_lookup(auth[1]).user  # hashed, expiring, revocable; any scope may watch
+            key = key_from_authorization(auth)
+        except ValueError:
+            return None
+        if key is None:
+            return None
+        try:
+            user = token_lookup(key).user  # hashed, expiring, revocable; any scope may watch
         except TokenRefused as refused:
             if refused.code == TokenRefused.code:
                 return None
@@ -111,9 +116,12 @@ def changes_json(viewer: Viewer, changes: list[LeaseChange]) -> list[str | None]
             for change, data in found]
 
 
-def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes]:
-    """(state, JSON body) of one lease the viewer may see, or (None, b"") when it may not."""
-    return _rendered(viewer, [lease_id]).get(str(uuid.UUID(lease_id)), (None, b""))
+def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes, str]:
+    """(state, JSON body, ETag) of one lease the viewer may see, or (None, b"", "") when it may not."""
+    from allocation.api.lease_json import lease_etag
+
+    state, body = _rendered(viewer, [lease_id]).get(str(uuid.UUID(lease_id)), (None, b""))
+    return state, body, lease_etag(body) if state is not None else ""
 
 
 def _rendered(viewer: Viewer, lease_ids: list[str]) -> dict[str, tuple[str, bytes]]:

@@ -8,6 +8,10 @@ waiting clients cost one reader, not a thousand pollers. Event ids are stream id
 Subscribers get `(event_id, LeaseChange)` pairs on an asyncio queue. A subscriber that falls too
 far behind (its queue is full) is marked `overflowed` and ends its stream; the client resumes from
 its last event id. A resume point older than what the log keeps is `Expired` (HTTP 410).
+
+A subscriber for one lease (a long poll) is also woken, with a `("", POKE)` entry, when a pass
+changed that pending lease's reason, queue position or estimated start: a second task listens to
+the `allocation.events.EXPLAINED` channel. Those are wake-ups, not events: the stream never sends them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocation.events import STREAM, LeaseChange, redis_url
+from allocation.events import EXPLAINED, STREAM, LeaseChange
+from core.redis_clients import async_client, configured_target
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +34,7 @@ CHECK_S = 5.0  # how often the reader checks that the stream has not been lost
 BLOCK_MS = 5_000  # XREAD BLOCK: wakes at least this often to notice shutdown
 BATCH = 2_000
 QUEUE_MAX = 10_000
+RETRY_MAX_S = 2.0  # the longest wait between two attempts at reading a log that failed
 
 # Database work of the watch endpoints runs here: a few long-lived threads, each with its own
 # persistent Django connection, never the event loop and never the request threads of the API.
@@ -37,6 +43,8 @@ DB_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="watch-db")
 
 # Handed to subscribers when the log was lost: "what you knew may be stale, start again".
 RESET = LeaseChange(lease_id="", pool_id=0, team_id=0, state="")
+# Handed to a lease's subscribers when its explanation changed: "read it again".
+POKE = LeaseChange(lease_id="", pool_id=0, team_id=0, state="explained")
 
 
 class Expired(Exception):
@@ -76,6 +84,11 @@ class Subscriber:
     queue: asyncio.Queue[tuple[str, LeaseChange]] = field(
         default_factory=lambda: asyncio.Queue(maxsize=QUEUE_MAX))
     overflowed: bool = False
+    lease_id: str = ""  # set: also woken when this lease's explanation changes (a long poll)
+
+    def poke(self) -> None:
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(("", POKE))
 
     def offer(self, event_id: str, change: LeaseChange) -> None:
         if self.overflowed or not self.wants(change):
@@ -92,19 +105,35 @@ class Feed:
     def __init__(self) -> None:
         self._next_check = 0.0
         self.subscribers: set[Subscriber] = set()
+        self.by_lease: dict[str, set[Subscriber]] = {}  # the subscribers that take pokes, by lease id
         self._task: asyncio.Task[None] | None = None
+        self._pokes: asyncio.Task[None] | None = None
         self._redis: Any = None
         self.head = ""  # the last event id handed out (or the log's end at start)
 
     # --- subscribers ------------------------------------------------------------------------
-    async def subscribe(self, wants: Callable[[LeaseChange], bool]) -> Subscriber:
+    async def subscribe(self, wants: Callable[[LeaseChange], bool], *, lease_id: str = "") -> Subscriber:
+        """A new subscriber for the changes `wants` accepts; with `lease_id`, also poked when
+        that lease's explanation changes."""
         await self._ensure_running()
-        sub = Subscriber(wants)
+        sub = Subscriber(wants, lease_id=lease_id)
         self.subscribers.add(sub)
+        if lease_id:
+            self.by_lease.setdefault(lease_id, set()).add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
+        poked = self.by_lease.get(sub.lease_id)
+        if poked is not None:
+            poked.discard(sub)
+            if not poked:
+                del self.by_lease[sub.lease_id]
+
+    def poke(self, lease_ids: list[str]) -> None:
+        for lease_id in lease_ids:
+            for sub in list(self.by_lease.get(lease_id, ())):
+                sub.poke()
 
     def dispatch(self, event_id: str, change: LeaseChange) -> None:
         self.head = event_id
@@ -114,17 +143,43 @@ class Feed:
     # --- the log ------------------------------------------------------------------------------
     def redis(self) -> Any:
         if self._redis is None:
-            import redis.asyncio as aioredis
-
-            self._redis = aioredis.Redis.from_url(redis_url(), socket_connect_timeout=2,
-                                                  socket_timeout=BLOCK_MS / 1000 + 5)
+            # With Sentinel, a connection that fails asks the sentinels again: the feed follows a
+            # failover on its next read (_run retries).
+            self._redis = async_client(configured_target(), socket_connect_timeout=2,
+                                       socket_timeout=BLOCK_MS / 1000 + 5)
         return self._redis
 
     async def _ensure_running(self) -> None:
+        if self._pokes is None or self._pokes.done():
+            self._pokes = asyncio.get_running_loop().create_task(self._run_pokes(), name="lease-pokes")
         if self._task is not None and not self._task.done():
             return
         self.head = await self.end_of_log()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
+
+    async def _run_pokes(self) -> None:
+        """Listen to the EXPLAINED channel for as long as the process lives (reconnecting with
+        backoff); each message pokes the long polls of the leases it names."""
+        delay = 0.5
+        while True:
+            client = async_client(configured_target(), socket_connect_timeout=2)
+            try:
+                async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(EXPLAINED)
+                    delay = 0.5
+                    while True:
+                        message = await pubsub.get_message(timeout=BLOCK_MS / 1000)
+                        if message is not None and message.get("type") == "message":
+                            self.poke(_s(message["data"]).split(","))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis away: long polls fall back on their re-reads meanwhile
+                logger.warning("lease feed: the explanation channel failed; retrying in %.1fs", delay,
+                               exc_info=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            finally:
+                await client.aclose()
 
     async def end_of_log(self) -> str:
         """The id of the newest change in the log ("0" when it is empty)."""
@@ -143,7 +198,9 @@ class Feed:
                 logger.warning("lease feed: reading the change log failed; retrying in %.1fs", delay,
                                exc_info=True)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                # At most 2 s apart: a Sentinel failover is over in seconds, and an attempt at a
+                # Redis that is down costs a refused connection.
+                delay = min(delay * 2, RETRY_MAX_S)
 
     async def _read_stream(self) -> None:
         client = self.redis()

@@ -1,8 +1,10 @@
 """The two waiting endpoints, as plain ASGI handlers on the event loop (see pool/asgi.py):
 
-- `GET /api/v1/leases/{id}/?wait=SECONDS[&state=S]`: a long poll. Answers with the lease as soon as
-  its state differs from `state` (default: its state when the call arrives), or when SECONDS
-  (at most 60) have passed.
+- `GET /api/v1/leases/{id}/?wait=SECONDS[&state=S][&seen=ETAG]`: a long poll. Answers with the lease
+  as soon as its state differs from `state` (default: its state when the call arrives), or, with
+  `seen` (the ETag of an earlier answer), as soon as anything in it differs (reason, queue
+  position, estimated start too), or when SECONDS (at most 60) have passed. Every answer carries
+  the lease's ETag.
 - `GET /api/v1/leases/events/?team=&pool=&since=ID[&timeout=S]`: Server-Sent Events, one per lease
   change (`id:` the event id, `event: lease`, `data:` the lease JSON), resumable from `since` or
   the `Last-Event-ID` header. It opens with a `bookmark` event carrying the current position, so a
@@ -92,7 +94,7 @@ async def handle(handler: Callable[..., Awaitable[None]], scope: dict[str, Any],
             await send_json(send, 500, {"code": "server_error", "message": "internal error; it has been logged"})
 
 
-async def _user(scope: dict[str, Any]) -> access.Viewer:
+async def authenticate(scope: dict[str, Any]) -> access.Viewer:
     viewer: access.Viewer | None = await in_db(access.viewer_from_headers, _headers(scope))
     if viewer is None:
         raise HttpError(401, "not_authenticated", "Authentication credentials were not provided or are invalid.",
@@ -100,21 +102,38 @@ async def _user(scope: dict[str, Any]) -> access.Viewer:
     return viewer
 
 
+async def _check_parameters(scope: dict[str, Any]) -> None:
+    """The API's strict query (core.api.strict): a parameter the operation does not document is a
+    400 `unknown_parameter` naming it, as on every other endpoint. On a DB thread: the first call
+    per process derives the operation's parameters (milliseconds), which the event loop must not
+    wait for."""
+    from core.api.strict import check_path_query
+    from core.errors import DomainError
+
+    names = list(query(scope))
+    try:
+        await in_db(check_path_query, scope["path"], "GET", names)
+    except DomainError as exc:
+        raise HttpError(exc.status, exc.code, exc.message) from None
+
+
 # --- long poll ------------------------------------------------------------------------------------
 async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lease_id: str) -> None:
     params = query(scope)
     wait_s = _seconds(params, "wait", 0.0, MAX_WAIT_S)
-    viewer = await _user(scope)
+    viewer = await authenticate(scope)
     if not access.is_uuid(lease_id):
         raise HttpError(404, "not_found", "No Lease matches the given query.")
+    await _check_parameters(scope)
     deadline = time.monotonic() + wait_s
-    sub = await feed().subscribe(lambda change: change.lease_id == lease_id) if wait_s > 0 else None
+    # A pass that only changes the lease's explanation pokes this subscriber too (feed.POKE).
+    sub = await feed().subscribe(lambda change: change.lease_id == lease_id, lease_id=lease_id) if wait_s > 0 else None
     try:
-        state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+        state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
         if state is None:
             raise HttpError(404, "not_found", "No Lease matches the given query.")
-        seen = params.get("state") or state
-        while state == seen and sub is not None:
+        seen_state, seen_etag = params.get("state") or state, params.get("seen", "").strip('"')
+        while (etag == seen_etag if seen_etag else state == seen_state) and sub is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -124,10 +143,10 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
                     sub.queue.get_nowait()
             except TimeoutError:
                 pass
-            state, body = await in_db(access.lease_state_and_json, viewer, lease_id)
+            state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
             if state is None:
                 raise HttpError(404, "not_found", "No Lease matches the given query.")
-        await send_json(send, 200, body)
+        await send_json(send, 200, body, ((b"etag", f'"{etag}"'.encode()),))
     finally:
         if sub is not None:
             feed().unsubscribe(sub)
@@ -136,8 +155,9 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
 # --- the event stream -----------------------------------------------------------------------------
 async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     params = query(scope)
-    viewer = await _user(scope)
+    viewer = await authenticate(scope)
     duration = _seconds(params, "timeout", DEFAULT_STREAM_S, 24 * 3600.0)
+    await _check_parameters(scope)
     since = _headers(scope).get("last-event-id") or params.get("since", "")
     if since:
         try:

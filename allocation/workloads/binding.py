@@ -340,12 +340,14 @@ def lease_observe(lease: Lease) -> ObserveOutcome:
     target, reason = _ended_reason(lease, status)
     # A workload that never started or was refused (a pod Pending past its deadline, rejected by
     # the kubelet) may still be there, and may yet start: it is deleted before the GPUs come back.
-    # One that ran and ended (an exit code) or vanished has nothing left to stop.
+    # One that ran and ended (an exit code) or vanished has nothing left to stop, unless users had
+    # shells on it (allocation.services.shells): those are ended, and their keys taken out, first.
     stop_first = target == "failed" and status.state != BIND_GONE
     with transaction.atomic():
         lease = Lease.objects.select_for_update().get(pk=lease.pk)
         if lease.state != LeaseState.BOUND:
             return "skipped"
+        stop_first = stop_first or lease.shell_keys.exists()
         generation = lease.binding_status.get("generation")
         lease.binding_status = {**status.to_dict(), "state": status.state,
                                 **({"generation": generation} if generation else {})}

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError, DataError, IntegrityError, InterfaceError
+from django.db import DatabaseError, DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -94,7 +94,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's EXCEPTION_HANDLER. Returns None only for errors it does not know (they become a
     logged 500 with the JSON body of `server_error`)."""
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status, headers=headers)
     exc = _as_drf_error(exc)
     if isinstance(exc, exceptions.ValidationError):
         return Response(error_body("invalid", _first_message(exc.detail), exc.detail),
@@ -107,7 +108,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     # which Django does not count as a DatabaseError: a connection already closed) is the
     # database being unavailable for now, which a retry can cure.
     if isinstance(exc, DatabaseError | InterfaceError):
-        logger.exception("database error in API")
+        if isinstance(exc, OperationalError | InterfaceError):
+            # One line each: while a primary fails over (~10 s) every request fails alike, and a
+            # traceback apiece buried the log (1,458 of them in the Patroni scenario's failover).
+            logger.warning("database unavailable: %s", (str(exc).splitlines() or [type(exc).__name__])[0])
+        else:
+            logger.exception("database error in API")
         return Response(error_body("database_unavailable", "the database is unavailable; retry"),
                         status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "5"})
     return None

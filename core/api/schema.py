@@ -1,6 +1,7 @@
 """drf-spectacular's AutoSchema, overridden only where it is wrong for us: it does not know that
 every operation can answer with the one error body (core.api.errors), so clients and schemathesis
-would see undocumented 4xx responses. And a postprocessing hook that says what core.api.strict
+would see undocumented 4xx responses; a list's 400 says which codes its strict parameters answer
+(core.api.strict, core.api.filtersets). And a postprocessing hook that says what core.api.strict
 enforces: a request body takes no field its schema does not name."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
+from core.api.filtersets import unknown_codes
+
 
 class ErrorSerializer(serializers.Serializer[Any]):
     code = serializers.CharField(help_text="Stable machine code: invalid, not_found, unsatisfiable, throttled…")
@@ -19,7 +22,8 @@ class ErrorSerializer(serializers.Serializer[Any]):
 
 
 _COMMON = {
-    "400": "Invalid input (body, filter or parameter); `details` names the fields.",
+    "400": "Invalid input (body, filter or parameter; a query parameter the operation does not document is "
+           "`unknown_parameter`, a body field it does not take `unknown_field`); `details` names the fields.",
     "401": "No or invalid credentials.",
     "403": "Authenticated but not allowed (pool admins only, or not a member of the team).",
     "404": "No such object, or not visible to you.",
@@ -34,12 +38,22 @@ _WRITES = {
 }
 
 
+def _list_400(filterset_class: Any) -> str:
+    names = ", ".join(f"`{code}`" for code in unknown_codes(filterset_class))
+    return ("A query parameter this list does not document, such as a lookup no filter declares "
+            "(`utilization_pct__lt`): `unknown_parameter`; a filter value outside its choices or of the "
+            "wrong type: `invalid`" + (f"; a name that names nothing: {names}" if names else "")
+            + ". `details` names each parameter.")
+
+
 class GpupoolAutoSchema(AutoSchema):
     def _get_response_bodies(self, direction: Literal["request", "response"] = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         errors = dict(_COMMON)
         if self.method in ("POST", "PUT", "PATCH"):
             errors.update(_WRITES)
+        elif self.method == "GET" and self._is_list_view():
+            errors["400"] = _list_400(getattr(self.view, "filterset_class", None))
         for code, text in errors.items():
             if code not in responses:
                 responses[code] = self._get_response_for_code(  # type: ignore[no-untyped-call]  # drf-spectacular's own

@@ -15,7 +15,7 @@ The expectations of an operation are derived once per process (a few ms) and cac
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -129,13 +129,34 @@ def expected(request: Request) -> Expected | None:
     if match is None:
         return None
     method = "GET" if request.method == "HEAD" else str(request.method)
-    key = (match.func, method)
+    return _expected(match.func, method, request.path)
+
+
+def _expected(callback: Any, method: str, path: str) -> Expected:
+    key = (callback, method)
     found = _cache.get(key)
     if found is None:
         with _lock:  # derivations are idempotent; the lock only saves doing one twice
-            found = _cache.get(key) or derive(match.func, method, request.path)
+            found = _cache.get(key) or derive(callback, method, path)
             _cache[key] = found
     return found
+
+
+def check_query(wanted: Expected, names: Iterable[str]) -> None:
+    """Raise a 400 `unknown_parameter` naming the query parameters the operation does not take."""
+    params = sorted(set(names) - wanted.query)
+    if params:
+        raise DomainError(f"unknown query parameter{'s' * (len(params) > 1)} {', '.join(params)}; "
+                          f"this endpoint takes {_accepts(wanted.query)}", code="unknown_parameter",
+                          details={name: ["unknown parameter"] for name in params})
+
+
+def check_path_query(path: str, method: str, names: Iterable[str]) -> None:
+    """`check_query` for a request answered before DRF is reached (the ASGI front streams some
+    GETs itself): the operation is the one Django routes `path` to."""
+    from django.urls import resolve
+
+    check_query(_expected(resolve(path).func, method, path), names)
 
 
 def unknown_fields(data: Any, body: Body, prefix: str = "") -> list[str]:
@@ -166,11 +187,7 @@ def check_request(view: Any, request: Request) -> None:
     wanted = expected(request)
     if wanted is None:
         return
-    params = sorted(set(request.query_params) - wanted.query)
-    if params:
-        raise DomainError(f"unknown query parameter{'s' * (len(params) > 1)} {', '.join(params)}; "
-                          f"this endpoint takes {_accepts(wanted.query)}", code="unknown_parameter",
-                          details={name: ["unknown parameter"] for name in params})
+    check_query(wanted, request.query_params)
     if request.method in WRITES and wanted.body is not None:
         fields = unknown_fields(request.data, wanted.body)
         if fields:

@@ -26,6 +26,7 @@ POOL_LOCKS = 0x6770  # "gp": a pool's scheduling pass and the writes that must n
 SOURCE_LOCKS = 0x6773  # "gs": one discovery sync of a source at a time
 EVENT_LOCKS = 0x6765  # "ge": the relay of lease events (one publisher at a time, in order)
 BEAT_LOCKS = 0x6762  # "gb": the beat leader (core.beat_lock), a session lock: one beat sends at a time
+IDLE_LOCKS = 0x6769  # "gi": the check of allocated but idle GPUs (one at a time: it meters what it saw)
 QUEUE_LOCKS = 0x6771  # "gq": one team's queue in one pool (allocation.services.queue_caps): one creator at a time
 
 

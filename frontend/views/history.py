@@ -13,6 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
 from allocation.selectors import quota_list, team_list
+from allocation.selectors.idle import idle_gpus_by_team_and_pool
 from frontend.access import login_required
 from history.choices import DEFAULT_RANGE, RANGES
 from history.selectors import History, gpu_history, gpu_window, pool_history, team_history, window_for
@@ -47,8 +48,10 @@ def pool_history_page(request: HttpRequest, name: str) -> HttpResponse:
 def team_history_page(request: HttpRequest, name: str) -> HttpResponse:
     team = get_object_or_404(team_list(user=request.user), name=name)
     quotas = [q for q in quota_list(user=request.user) if q.team_id == team.pk]
+    idle = {pool_id: n for (team_id, pool_id), n in idle_gpus_by_team_and_pool().items() if team_id == team.pk}
     return _page(request, "frontend/history/team.html", team_history(team, window_for(_range(request))),
-                 reverse("history-team", kwargs={"name": team.name}), team=team, quotas=quotas)
+                 reverse("history-team", kwargs={"name": team.name}), team=team,
+                 quotas=[(q, idle.get(q.pool_id, 0)) for q in quotas])
 
 
 @login_required

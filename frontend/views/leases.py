@@ -11,6 +11,7 @@ from django.utils import timezone
 from allocation.choices import ACTIVE_STATES
 from allocation.models import AuditEvent, Lease, PriorityClass
 from allocation.selectors import lease_list, team_list
+from allocation.selectors.idle import idle_gpus
 from allocation.services.leases import lease_release, lease_renew
 from allocation.services.reservations import reservation_cancel
 from core.errors import DomainError
@@ -72,9 +73,11 @@ def _visible_lease(request: HttpRequest, lease_id: str) -> Lease:
 def lease_detail(request: HttpRequest, lease_id: str) -> HttpResponse:
     lease = _visible_lease(request, lease_id)
     links = sorted(lease.gpu_links.all(), key=lambda lk: (not lk.active, lk.gpu.host_id or 0, lk.gpu.index))
+    idle = idle_gpus(gpu_ids=[lk.gpu_id for lk in links if lk.active])
     return render(request, "frontend/lease_detail.html", {
         "lease": lease,
-        "links": links,
+        "links": [(lk, idle.get(lk.gpu_id) if lk.active else None) for lk in links],
+        "idle_gpus": len(idle),
         "events": AuditEvent.objects.filter(lease=lease).order_by("at", "id")[:500],
         "can_act": lease.state in ACTIVE_STATES,
         "renewable": lease.is_renewable,

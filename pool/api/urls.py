@@ -8,6 +8,7 @@ from allocation.api.fleet import GpuViewSet, HostViewSet, PoolViewSet
 from allocation.api.leases import LeaseViewSet
 from allocation.api.notifications import DeliveryViewSet, SubscriptionViewSet
 from allocation.api.reservations import ReservationViewSet
+from allocation.api.sso import DeviceStartView, DeviceTokenView
 from allocation.api.teams import PriorityClassViewSet, QuotaViewSet, TeamViewSet
 from allocation.api.usage import UsageViewSet
 
@@ -38,4 +39,7 @@ urlpatterns = [
     path("history/", include("history.api.urls")),
     *router.urls,
     re_path(r"^usage/?$", UsageViewSet.as_view({"get": "report"}), name="usage"),
+    # The CLI's single sign-on (allocation/api/sso.py): anonymous, by the device authorization grant.
+    re_path(r"^auth/device/?$", DeviceStartView.as_view(), name="sso-device"),
+    re_path(r"^auth/device/token/?$", DeviceTokenView.as_view(), name="sso-device-token"),
 ]

@@ -3,6 +3,7 @@ foreign GPUs busy, the keep=true exemption (admins) and its 403, bounded queries
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +31,13 @@ sources:
   - {name: sim-plain, kind: simulated, pool: plain, hosts: 1, gpus_per_host: 4}
 """
 NOW = timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture(autouse=True)
+def _now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOW is each test's own: set at import, it aged while other modules ran (a lease granted a
+    minute after it made the samples "before" look stale, and the clear-the-warning test failed)."""
+    monkeypatch.setattr(sys.modules[__name__], "NOW", timezone.now().replace(microsecond=0))
 
 
 @pytest.fixture

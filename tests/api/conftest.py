@@ -63,3 +63,37 @@ def database_rows() -> Any:
                 for model in (Gpu, Host, Pool, Lease, LeaseGpu, Quota, AuditEvent)}
 
     return rows
+
+
+@pytest.fixture
+def fill(world: World) -> Any:
+    """`fill(path)`: an OpenAPI path template with real objects of the `world` fixture (a
+    reservation, a subscription of the admin's and a delivery are made for it)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from allocation.models import NotificationDelivery
+    from allocation.notify.subscriptions import subscription_put
+    from allocation.services.reservations import reservation_create
+
+    start = timezone.now() + timedelta(days=1)
+    reservation = reservation_create(user=world.member, pool="training", team="vision", gpus=1, model="",
+                                     start=start, end=start + timedelta(hours=1))
+    subscription, _ = subscription_put(user=world.admin, name="mine", kind="webhook", events=["lease.granted"],
+                                    url="http://127.0.0.1:9/hook")
+    delivery = NotificationDelivery.objects.create(target="ops", kind="webhook", event="lease.granted",
+                                                   event_key="fill", team="vision", occurred_at=timezone.now())
+    ids = {"hosts": world.host_id, "leases": world.lease_id, "quotas": world.quota_id,
+           "reservations": reservation.pk, "audit-events": world.event_id,
+           "notifications/subscriptions": subscription.pk, "notifications/deliveries": delivery.pk}
+    names = {"pools": "training", "teams": "vision", "priority-classes": "default"}
+
+    def fill_path(path: str) -> str:
+        parts = path.split("/")
+        resource = parts[4] if parts[3] == "history" else (
+            "/".join(parts[3:5]) if parts[3] == "notifications" else parts[3])
+        return (path.replace("{uuid}", world.gpu_uuid).replace("{id}", str(ids.get(resource, "")))
+                .replace("{name}", names.get(resource, "")))
+
+    return fill_path

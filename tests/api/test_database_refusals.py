@@ -43,8 +43,11 @@ def test_a_value_the_database_refuses_is_a_400_not_a_503(error: Exception) -> No
 
 @pytest.mark.parametrize("error", [OperationalError("server closed the connection unexpectedly"),
                                    InterfaceError("connection already closed")])
-def test_an_unavailable_database_is_still_a_503_with_retry_after(error: Exception) -> None:
+def test_an_unavailable_database_is_still_a_503_with_retry_after(error: Exception, caplog: Any) -> None:
     response = exception_handler(error, {})
     assert response is not None
     assert response.status_code == 503 and response.data["code"] == "database_unavailable", response.data
     assert response["Retry-After"] == "5"
+    # Logged in one line, no traceback: during a failover every request fails so.
+    (record,) = [r for r in caplog.records if r.name == "core.api.errors"]
+    assert record.levelname == "WARNING" and record.exc_info is None and str(error) in record.getMessage()

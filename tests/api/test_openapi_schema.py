@@ -25,7 +25,7 @@ ENDPOINTS = {
     ("/api/v1/priority-classes/", "get"),
     ("/api/v1/leases/", "get"), ("/api/v1/leases/", "post"), ("/api/v1/leases/{id}/", "get"),
     ("/api/v1/leases/{id}/renew/", "post"), ("/api/v1/leases/{id}/release/", "post"),
-    ("/api/v1/leases/{id}/events/", "get"),
+    ("/api/v1/leases/{id}/events/", "get"), ("/api/v1/leases/{id}/logs/", "get"),
     ("/api/v1/audit-events/", "get"), ("/api/v1/audit-events/{id}/", "get"),
     ("/api/v1/pools/{name}/move/", "post"), ("/api/v1/hosts/{id}/move/", "post"),
     ("/api/v1/priority-classes/{name}/", "get"), ("/api/v1/leases/events/", "get"),
@@ -36,6 +36,9 @@ ENDPOINTS = {
     ("/api/v1/notifications/subscriptions/", "get"), ("/api/v1/notifications/subscriptions/", "post"),
     ("/api/v1/notifications/subscriptions/{id}/", "get"), ("/api/v1/notifications/subscriptions/{id}/", "delete"),
     ("/api/v1/notifications/deliveries/", "get"), ("/api/v1/notifications/deliveries/{id}/", "get"),
+    ("/api/v1/auth/device/", "post"), ("/api/v1/auth/device/token/", "post"),
+    ("/api/v1/leases/{id}/ssh-keys/", "get"), ("/api/v1/leases/{id}/ssh-keys/", "post"),
+    ("/api/v1/leases/{id}/ssh-keys/{key}/", "delete"), ("/api/v1/leases/{id}/exec/", "get"),
 }
 
 
@@ -94,3 +97,15 @@ def test_error_answers_are_documented_with_the_error_body(schema: dict[str, Any]
 def test_the_swagger_ui_is_served(client: Any) -> None:
     response = client.get("/api/docs/")
     assert response.status_code == 200 and b"swagger" in response.content.lower()
+
+
+def test_the_log_endpoint_is_documented_as_a_text_stream_with_its_parameters_and_errors(
+        schema: dict[str, Any]) -> None:
+    operation = schema["paths"]["/api/v1/leases/{id}/logs/"]["get"]
+    assert operation["responses"]["200"]["content"] == {"text/plain": {"schema": {"type": "string"}}}
+    assert {p["name"] for p in operation["parameters"] if p["in"] == "query"} == {"follow", "tail"}
+    for code in ("400", "401", "404", "409", "410", "429", "502", "503"):
+        ref = operation["responses"][code]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.endswith("/Error"), code
+    lease = schema["components"]["schemas"]["Lease"]["properties"]
+    assert lease["exit_code"]["nullable"] and "exit" in lease["exit_code"]["description"]

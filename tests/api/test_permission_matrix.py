@@ -312,12 +312,69 @@ class TestUsageOfOneTeam(EndpointPermissions):
     expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
 
 
+# The CLI's single sign-on: anonymous by design (the caller has no token yet), so every role gets
+# the same answer; here single sign-on is off (tests/frontend/test_sso_device_login.py has it on).
+SSO_OFF = {"anonymous": 404, "member": 404, "other": 404, "admin": 404}
+
+
+class TestSsoDeviceStart(EndpointPermissions):
+    method, path, body, expect = "post", "/api/v1/auth/device/", {}, SSO_OFF
+
+
+class TestSsoDeviceToken(EndpointPermissions):
+    method, path, body, expect = "post", "/api/v1/auth/device/token/", {"device_code": "x"}, SSO_OFF
+
+
 class TestLeaseEventStreamThroughDjango(EndpointPermissions):
     """The stream is the ASGI front's (pool.asgi, the rows below); Django, reached without it (a
     WSGI-only server), authenticates and then says it does not serve it."""
 
     path = "/api/v1/leases/events/"
     expect = {"anonymous": 401, "member": 404, "other": 404, "admin": 404}
+
+
+class TestLeaseLogsThroughDjango(EndpointPermissions):
+    """The ASGI front streams it (the row below); a WSGI-only server streams it from Django. The
+    world's lease has no workload: a 409 `no_workload` for those who may see it."""
+
+    path = "/api/v1/leases/{lease}/logs/"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
+class TestLeaseExecThroughDjango(EndpointPermissions):
+    """A websocket on the ASGI front (the row below); Django makes the same checks, then answers 426.
+    The world's lease has no workload: a 409 `no_workload` for those who may see it."""
+
+    path = "/api/v1/leases/{lease}/exec/?command=true"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
+class TestLeaseShellKeys(EndpointPermissions):
+    path, expect = "/api/v1/leases/{lease}/ssh-keys/", OWN_TEAM
+
+
+class TestLeaseShellKeyAdd(EndpointPermissions):
+    """The world's lease has no binding: a 409 `no_shell` for those who may see it."""
+
+    method, path = "post", "/api/v1/leases/{lease}/ssh-keys/"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+    def payload(self, world: Any) -> dict[str, Any] | None:
+        from tests.support.sshd import sample_public_key
+
+        return {"public_key": sample_public_key()}
+
+
+class TestLeaseShellKeyRemove(EndpointPermissions):
+    method, path = "delete", "/api/v1/leases/{lease}/ssh-keys/{key}/"
+    expect = {"anonymous": 401, "member": 204, "other": 404, "admin": 204}
+
+    def keys(self, world: Any) -> dict[str, Any]:
+        from allocation.models import LeaseShellKey
+
+        row, _ = LeaseShellKey.objects.get_or_create(lease_id=world.lease_id, fingerprint="SHA256:x",
+                                                     key_type="ssh-ed25519")
+        return {"key": row.pk}
 
 
 # --- the ASGI front: what pool.asgi answers itself, over the production web server -----------------
@@ -369,6 +426,34 @@ class TestLeaseEventStreamOfOneTeamOnAsgi(AsgiEndpointPermissions):
     expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
 
 
+class TestLeaseLogsOnAsgi(AsgiEndpointPermissions):
+    path = "/api/v1/leases/{lease}/logs/?tail=5"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+
+class TestLeaseExecOnAsgi(AsgiEndpointPermissions):
+    """The exec websocket: a refusal comes before the upgrade, as the API's error answer."""
+
+    path = "/api/v1/leases/{lease}/exec/?command=true"
+    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
+
+    def _call(self, role: str, world: Any, api: Any) -> Any:
+        import json
+
+        import websocket
+
+        from tests.support.tokens import api_key
+
+        user = None if role == "anonymous" else getattr(world, role)
+        headers = [f"Authorization: Token {api_key(user)}"] if user is not None else []
+        url = self.server.replace("http://", "ws://") + self.path.format(lease=world.lease_id)
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            websocket.create_connection(url, header=headers, timeout=30)
+        assert refused.value.status_code == self.expect[role], (role, url, refused.value.resp_body)
+        body = json.loads(refused.value.resp_body or b"{}")
+        assert body["code"] and body["message"], body
+
+
 # --- the list of rows is the server's list of operations ----------------------------------------
 def _rows() -> list[type[EndpointPermissions]]:
     found, todo = [], list(EndpointPermissions.__subclasses__())
@@ -400,7 +485,7 @@ def test_every_operation_has_permission_rows(schema: dict[str, Any]) -> None:
 def test_every_api_route_has_permission_rows() -> None:
     """Route by route as Django resolves them (catches a view left out of the OpenAPI document)."""
     routed = {resolve(row.path.split("?")[0].format(lease="0", host="0", gpu="0", quota="0", event="0",
-                                                   reservation="0", subscription="0", delivery="0")).route
+                                                   reservation="0", subscription="0", delivery="0", key="0")).route
               for row in _rows()}
     missing = sorted(r.template for r in api_routes() if r.route not in routed)
     assert not missing, f"no permission rows for the routes {missing}"

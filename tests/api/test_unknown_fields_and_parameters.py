@@ -6,35 +6,13 @@ is what that document says, and everything it documents is accepted."""
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 pytestmark = pytest.mark.django_db
 
 STRAY = "zz_not_a_field"
-
-
-@pytest.fixture
-def fill(world: Any) -> Any:
-    """`fill(path)`: the schema's path template with real objects of the `world` fixture."""
-    from allocation.services.reservations import reservation_create
-
-    start = timezone.now() + timedelta(days=1)
-    reservation = reservation_create(user=world.member, pool="training", team="vision", gpus=1, model="",
-                                     start=start, end=start + timedelta(hours=1))
-    ids = {"hosts": world.host_id, "leases": world.lease_id, "quotas": world.quota_id,
-           "reservations": reservation.pk, "audit-events": world.event_id}
-    names = {"pools": "training", "teams": "vision", "priority-classes": "default"}
-
-    def fill_path(path: str) -> str:
-        resource = path.split("/")[3] if not path.startswith("/api/v1/history/") else path.split("/")[4]
-        return (path.replace("{uuid}", world.gpu_uuid).replace("{id}", str(ids.get(resource, "")))
-                .replace("{name}", names.get(resource, "")))
-
-    return fill_path
 
 
 def _operations(schema: dict[str, Any], methods: tuple[str, ...]) -> list[tuple[str, str, dict[str, Any]]]:

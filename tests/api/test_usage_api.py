@@ -51,6 +51,11 @@ def people(apply_yaml: Any, make_user: Any, api: Any) -> dict[str, Any]:
     return {"ann": ann, "bob": bob, "admin": api(make_user("root", admin=True))}
 
 
+def _u(group_by: str, key: str, gpu_hours: float, idle_gpu_hours: float = 0.0) -> dict[str, Any]:
+    """A row of the report as the API gives it."""
+    return {group_by: key, "gpu_hours": gpu_hours, "idle_gpu_hours": idle_gpu_hours}
+
+
 def _rows(client: Any, **params: Any) -> list[dict[str, Any]]:
     response = client.get("/api/v1/usage/", {**WINDOW, **params})
     assert response.status_code == 200, response.content
@@ -58,12 +63,12 @@ def _rows(client: Any, **params: Any) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("group_by", "expected"), [
-    ("team", [{"team": "a", "gpu_hours": 22.0}, {"team": "b", "gpu_hours": 4.0}]),
-    ("pool", [{"pool": "gpus", "gpu_hours": 24.0}, {"pool": "spare", "gpu_hours": 2.0}]),
-    ("model", [{"model": "NVIDIA A100-SXM4-80GB", "gpu_hours": 2.0},
-               {"model": "NVIDIA H100 80GB HBM3", "gpu_hours": 24.0}]),
-    ("user", [{"user": "ann", "gpu_hours": 22.0}, {"user": "bob", "gpu_hours": 4.0}]),
-    ("day", [{"day": "2026-11-10", "gpu_hours": 8.0}, {"day": "2026-11-11", "gpu_hours": 18.0}]),
+    ("team", [_u("team", "a", 22.0), _u("team", "b", 4.0)]),
+    ("pool", [_u("pool", "gpus", 24.0), _u("pool", "spare", 2.0)]),
+    ("model", [_u("model", "NVIDIA A100-SXM4-80GB", 2.0),
+               _u("model", "NVIDIA H100 80GB HBM3", 24.0)]),
+    ("user", [_u("user", "ann", 22.0), _u("user", "bob", 4.0)]),
+    ("day", [_u("day", "2026-11-10", 8.0), _u("day", "2026-11-11", 18.0)]),
 ])
 def test_the_report_groups_by_each_key(people, group_by, expected) -> None:
     assert _rows(people["admin"], group_by=group_by) == expected
@@ -71,23 +76,45 @@ def test_the_report_groups_by_each_key(people, group_by, expected) -> None:
 
 def test_a_window_clips_each_grant_and_filters_narrow_it(people) -> None:
     rows = _rows(people["admin"], since="2026-11-11T00:00:00Z", until="2026-11-11T02:00:00Z")
-    assert rows == [{"team": "a", "gpu_hours": 4.0}]
-    assert _rows(people["admin"], pool="spare") == [{"team": "a", "gpu_hours": 2.0}]
-    assert _rows(people["admin"], team="b", group_by="pool") == [{"pool": "gpus", "gpu_hours": 4.0}]
+    assert rows == [_u("team", "a", 4.0)]
+    assert _rows(people["admin"], pool="spare") == [_u("team", "a", 2.0)]
+    assert _rows(people["admin"], team="b", group_by="pool") == [_u("pool", "gpus", 4.0)]
 
 
 def test_with_prices_each_row_has_its_cost_and_the_unpriced_hours(people, apply_yaml) -> None:
     apply_yaml("prices: [{model: H100, per_gpu_hour: 2.5}]\n", discover=False)
     body = people["admin"].get("/api/v1/usage/", {**WINDOW, "group_by": "team"}).json()
-    assert body["rows"] == [{"team": "a", "gpu_hours": 22.0, "cost": 50.0, "unpriced_gpu_hours": 2.0},
-                            {"team": "b", "gpu_hours": 4.0, "cost": 10.0, "unpriced_gpu_hours": 0.0}]
-    assert body["total"] == {"gpu_hours": 26.0, "cost": 60.0}
+    assert body["rows"] == [{**_u("team", "a", 22.0), "cost": 50.0, "unpriced_gpu_hours": 2.0},
+                            {**_u("team", "b", 4.0), "cost": 10.0, "unpriced_gpu_hours": 0.0}]
+    assert body["total"] == {"gpu_hours": 26.0, "idle_gpu_hours": 0.0, "cost": 60.0}
     assert body["since"] == "2026-11-10T00:00:00+00:00" and body["group_by"] == "team"
 
 
+def test_idle_gpu_hours_stand_beside_the_used_ones_in_every_grouping(people) -> None:
+    """ann's H100s sat idle 1 GPU-hour in the hour from 22:00 on the 10th and half of one from 01:00
+    on the 11th (rows as the idle check meters them); a window takes an hour's share of its row."""
+    from allocation.models import IdleUsage, Lease
+
+    lease = Lease.objects.get(user__username="ann", pool__name="gpus")
+    for hour, seconds in ((DAY + timedelta(hours=22), 3600.0), (DAY + timedelta(days=1, hours=1), 1800.0)):
+        IdleUsage.objects.create(team=lease.team, pool=lease.pool, user=lease.user, model="NVIDIA H100 80GB HBM3",
+                                 hour=hour, gpu_seconds=seconds)
+    assert _rows(people["admin"]) == [_u("team", "a", 22.0, 1.5), _u("team", "b", 4.0)]
+    assert _rows(people["admin"], group_by="day") == [_u("day", "2026-11-10", 8.0, 1.0),
+                                                      _u("day", "2026-11-11", 18.0, 0.5)]
+    assert _rows(people["admin"], group_by="model")[1] == _u("model", "NVIDIA H100 80GB HBM3", 24.0, 1.5)
+    assert _rows(people["ann"], group_by="user") == [_u("user", "ann", 22.0, 1.5)]
+    half = _rows(people["admin"], since="2026-11-11T01:30:00Z", until="2026-11-12T00:00:00Z")
+    assert half[0] == _u("team", "a", 11.0, 0.25)  # 2 H100 × 4.5 h, 1 A100 × 2 h
+    assert _rows(people["admin"], pool="spare") == [_u("team", "a", 2.0)]
+    body = people["admin"].get("/api/v1/usage/", WINDOW).json()
+    assert body["total"] == {"gpu_hours": 26.0, "idle_gpu_hours": 1.5}
+    assert _command("--group-by", "team").splitlines()[1].split() == ["a", "22.00", "1.50"]
+
+
 def test_members_see_their_teams_only(people) -> None:
-    assert _rows(people["ann"]) == [{"team": "a", "gpu_hours": 22.0}]
-    assert _rows(people["bob"], group_by="user") == [{"user": "bob", "gpu_hours": 4.0}]
+    assert _rows(people["ann"]) == [_u("team", "a", 22.0)]
+    assert _rows(people["bob"], group_by="user") == [_u("user", "bob", 4.0)]
     response = people["ann"].get("/api/v1/usage/", {**WINDOW, "team": "b"})
     assert response.status_code == 403 and response.json()["code"] == "not_a_member"
 
@@ -128,13 +155,13 @@ def _command(*args: str) -> str:
 
 def test_the_command_prints_json_csv_and_a_table(people) -> None:
     as_json = json.loads(_command("-o", "json", "--group-by", "pool"))
-    assert as_json["rows"] == [{"pool": "gpus", "gpu_hours": 24.0}, {"pool": "spare", "gpu_hours": 2.0}]
+    assert as_json["rows"] == [_u("pool", "gpus", 24.0), _u("pool", "spare", 2.0)]
     rows = list(csv.reader(io.StringIO(_command("-o", "csv", "--team", "a", "--group-by", "day"))))
-    assert rows == [["day", "gpu_hours"], ["2026-11-10", "8.0"], ["2026-11-11", "14.0"]]
+    assert rows == [["day", "gpu_hours", "idle_gpu_hours"], ["2026-11-10", "8.0", "0.0"], ["2026-11-11", "14.0", "0.0"]]
     table = _command("--group-by", "user").splitlines()
-    assert table[0].split() == ["user", "gpu_hours"]
-    assert table[1].split() == ["ann", "22.00"] and table[2].split() == ["bob", "4.00"]
-    assert table[3] == "total 26.00 GPU-hours"
+    assert table[0].split() == ["user", "gpu_hours", "idle_gpu_hours"]
+    assert table[1].split() == ["ann", "22.00", "0.00"] and table[2].split() == ["bob", "4.00", "0.00"]
+    assert table[3] == "total 26.00 GPU-hours (0.00 idle)"
 
 
 def test_the_command_refuses_bad_input_in_words(people) -> None:

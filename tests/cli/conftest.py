@@ -5,9 +5,13 @@ The test settings turn event-driven passes off, so without the worker nothing wo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,22 @@ class Cli:
     run: Callable[..., tuple[int, str, str]]
     url: str
     token: str
+    config: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment of a `gpupool` process for this server: its URL and token, this
+        checkout's client first on the path (whatever the virtualenv has installed)."""
+        import gpupool_cli
+
+        client_dir = str(Path(gpupool_cli.__file__).resolve().parents[1])
+        path = os.pathsep.join([client_dir, *filter(None, [os.environ.get("PYTHONPATH", "")])])
+        return {**os.environ, "GPUPOOL_URL": self.url, "GPUPOOL_TOKEN": self.token, "GPUPOOL_CONFIG": str(self.config),
+                "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **extra}
+
+    def popen(self, *argv: str, **extra: Any) -> subprocess.Popen[str]:
+        """`gpupool ARGV...` as a process of its own (stdout and stderr piped, text)."""
+        return subprocess.Popen([sys.executable, "-m", "gpupool_cli", *argv], env=self.env(**extra.pop("env", {})),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **extra)
 
 
 @pytest.fixture
@@ -39,7 +59,7 @@ def server(transactional_db: Any, demo_fleet: Any, make_user: Any, live_server: 
         out, err = capsys.readouterr()
         return code, out, err
 
-    return Cli(run=run, url=live_server.url, token=token)
+    return Cli(run=run, url=live_server.url, token=token, config=tmp_path / "config.json")
 
 
 @pytest.fixture

@@ -25,8 +25,8 @@ def test_gpus_lists_the_fleet_and_filters_by_pool_model_state_and_host(server) -
     _, out, _ = server.run("gpus", "--model", "h100", "--state", "free", "--host", "demo-node-0")
     rows = out.strip().splitlines()[1:]
     assert len(rows) == 8 and all("demo-node-0" in r and "free" in r for r in rows)
-    _, out, _ = server.run("gpus", "--state", "leased")
-    assert len(out.strip().splitlines()) == 1
+    _, out, err = server.run("gpus", "--state", "leased")
+    assert out == "" and err == "No GPUs found.\n"  # an empty list says so (issue 25), on stderr
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,4 +1,5 @@
-"""`gpupool login` checks the URL and token, then saves them (mode 0600) for later commands."""
+"""`gpupool login` checks the URL and token, then saves them (mode 0600) for later commands, as the
+current context of the contexts file (issue 25; tests/cli/test_contexts.py has the rest)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def test_login_saves_a_private_config_that_later_commands_use(server, monkeypatc
     code, out, _ = server.run("login", "--url", server.url, "--token", server.token)
     assert code == 0 and str(path) in out
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert json.loads(path.read_text()) == {"url": server.url, "token": server.token}
+    assert json.loads(path.read_text()) == {"current-context": "default",
+                                            "contexts": {"default": {"url": server.url, "token": server.token}}}
     assert server.run("pools")[0] == 0
 
 

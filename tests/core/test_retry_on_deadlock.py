@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 
 from core.db import is_retryable, retry_on_deadlock
 
@@ -130,3 +130,33 @@ def test_the_victim_of_a_real_deadlock_runs_again_and_both_transactions_commit(m
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.last_name, second.last_name) == ("ba", "ab")
+
+
+def test_a_transaction_whose_connection_is_cut_is_not_run_again() -> None:
+    """A connection lost at COMMIT (a failover, a restart) leaves the outcome unknown to the
+    client: the commit may have happened. Running the function again could do its write twice,
+    so only a definite abort (40P01, 40001) is retried; this error goes up (the API answers 503
+    and the client decides: a lease create with an Idempotency-Key is safe to send again)."""
+    calls: list[int] = []
+
+    @retry_on_deadlock(backoff_s=0.001)
+    def work() -> None:
+        calls.append(1)
+        with transaction.atomic():
+            get_user_model().objects.create(username="cut")
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_backend_pid()")
+                pid = cur.fetchone()[0]
+            other = connection.get_new_connection(connection.get_connection_params())
+            other.autocommit = True
+            with other.cursor() as cur:  # the server ends this session, as a failover does
+                cur.execute("SELECT pg_terminate_backend(%s)", [pid])
+            other.close()
+
+    try:
+        with pytest.raises((OperationalError, InterfaceError)) as err:
+            work()
+    finally:
+        connection.close()
+    assert calls == [1] and not is_retryable(err.value)
+    assert not get_user_model().objects.filter(username="cut").exists()  # here cut before COMMIT

@@ -51,6 +51,10 @@ class Client:
         self.held: list[str] = []
         self.keys: dict[str, tuple[str, dict[str, Any]]] = {}  # Idempotency-Key -> (lease id, body)
         self.mismatches = 0
+        # What the API acknowledged: each lease a create answered 201 for, each lease a release
+        # answered 200 for. A scenario that may lose commits (a database failover) checks them.
+        self.acked_creates: list[str] = []
+        self.acked_releases: list[str] = []
         self.ops = 0
         self.hosts: list[int] = []
         self.gpus: list[tuple[str, str]] = []
@@ -89,6 +93,8 @@ class Client:
             self.mismatches += key is not None and self.keys[key][0] != lease
             return
         self.held.append(lease)
+        if response.status_code == 201:
+            self.acked_creates.append(lease)
         if key:
             self.keys[key] = (lease, body or {})
 
@@ -108,7 +114,9 @@ class Client:
             self.call("renew", "POST", f"/leases/{self.rng.choice(self.held)}/renew/", json={"ttl_seconds": 60})
         elif op == "release":
             lease = self.held.pop(self.rng.randrange(len(self.held)))
-            self.call("release", "POST", f"/leases/{lease}/release/")
+            response = self.call("release", "POST", f"/leases/{lease}/release/")
+            if response is not None and response.status_code == 200:
+                self.acked_releases.append(lease)
         elif op == "get":
             self.call("get", "GET", f"/leases/{self.rng.choice(self.held)}/")
         else:
@@ -199,6 +207,7 @@ class Client:
     def summary(self) -> dict[str, Any]:
         return {"client": self.spec["name"], "ops": self.ops, "counts": {k: dict(v) for k, v in self.counts.items()},
                 "errors": self.errors, "idempotency_mismatches": self.mismatches,
+                "acked_creates": self.acked_creates, "acked_releases": self.acked_releases,
                 "latency": {k: sorted(v) for k, v in self.latency.items()}}
 
 

@@ -107,18 +107,31 @@ class Load:
             proc.wait()
         self.stop_file.write_text("stop")
 
+    def abandon(self, timeout: float = 30) -> None:
+        """After a failed scenario: stop the clients (killed past `timeout`), none left running."""
+        self.stop_file.write_text("stop")
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
     def finish(self, timeout: float = 3600) -> dict[str, Any]:
         self.stop_file.write_text("stop")
         for proc in self.procs:
             proc.wait(timeout=timeout)
         self.wall_s = time.time() - self.began
         merged: dict[str, Any] = {"ops": 0, "counts": defaultdict(lambda: defaultdict(int)), "errors": [],
-                                  "idempotency_mismatches": 0, "latency": defaultdict(list)}
+                                  "idempotency_mismatches": 0, "latency": defaultdict(list),
+                                  "acked_creates": [], "acked_releases": []}
         for out in self.outs:
             part = json.loads(out.read_text())
             merged["ops"] += part["ops"]
             merged["idempotency_mismatches"] += part["idempotency_mismatches"]
             merged["errors"] += part["errors"]
+            merged["acked_creates"] += part["acked_creates"]
+            merged["acked_releases"] += part["acked_releases"]
             for op, statuses in part["counts"].items():
                 for status, n in statuses.items():
                     merged["counts"][op][status] += n

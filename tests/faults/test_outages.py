@@ -1,8 +1,10 @@
 """Fault scenarios (c) and (d): Redis down, and PostgreSQL restarted, under load.
 
 Redis (broker and cache) down: the API keeps answering and keeps accepting leases, which wait
-pending; once Redis is back (empty: it keeps nothing on disk), passes resume within 10 s and every
-lease created during the outage is granted without anyone asking again (no lost trigger).
+pending; once Redis is back (empty: it keeps nothing on disk), every lease created during the
+outage is granted within 2 s without anyone asking again: their triggers, which the broker could
+not take, were kept in PostgreSQL (allocation.models.PassWanted), and the first worker to reach
+the broker again runs them (pool.celery.CatchUpOnConnect).
 
 PostgreSQL restarted (fast shutdown, down a while, started again): while it is down every API
 answer is a JSON 503 with Retry-After, never an HTML page or a stack trace; once it is back, web
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 import pytest
 import requests
 
@@ -26,6 +29,8 @@ from tests.faults.stack import Stack
 REDIS_DOWN_S = 60 if FULL else 10
 PG_DOWN_S = 30 if FULL else 5
 PROBES = 8
+#: How soon after Redis is back every lease created during its outage must be granted.
+REDIS_RECOVERY_BOUND_S = 2
 #: How soon after PostgreSQL is back every request must succeed again.
 PG_RECOVERY_BOUND_S = 10
 
@@ -38,6 +43,30 @@ def _create_probe(stack: Stack, http: requests.Session) -> tuple[int, str | None
                          timeout=30)
     lease = response.json().get("id") if response.status_code == 201 else None
     return response.status_code, lease, time.monotonic() - began
+
+
+def _passes_wanted(stack: Stack) -> int:
+    """How many pools have a pass recorded as wanted (triggers the broker could not take)."""
+    conn = psycopg2.connect(stack.pg.url())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM allocation_passwanted")
+            row = cur.fetchone()
+            return int(row[0]) if row else 0
+    finally:
+        conn.close()
+
+
+def _granted_at(stack: Stack, leases: list[str]) -> list[float]:
+    """The grant time of each lease (epoch seconds), as the pass that granted it recorded it."""
+    conn = psycopg2.connect(stack.pg.url())
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT EXTRACT(EPOCH FROM granted_at)::float8 FROM allocation_lease "
+                        "WHERE id::text = ANY(%s) AND granted_at IS NOT NULL", [leases])
+            return [float(row[0]) for row in cur.fetchall()]
+    finally:
+        conn.close()
 
 
 def _states(stack: Stack, http: requests.Session, leases: list[str]) -> list[str]:
@@ -61,12 +90,15 @@ def test_redis_down_the_api_accepts_leases_and_passes_resume_after(stack: Stack,
             probes.append(lease)
         time.sleep(max(0.0, REDIS_DOWN_S / PROBES - took))
     still_pending = _states(stack, http, probes)
+    wanted = _passes_wanted(stack)
     stack.redis.start()
-    back_at = time.monotonic()
-    first = wait_until(lambda: "granted" in _states(stack, http, probes), timeout=60, interval=0.1)
-    first_s = time.monotonic() - back_at
+    back_at, back_wall = time.monotonic(), time.time()
     every = wait_until(lambda: set(_states(stack, http, probes)) == {"granted"}, timeout=60, interval=0.1)
-    all_s = time.monotonic() - back_at
+    api_s = time.monotonic() - back_at
+    # When each was granted, by the database's clock (the machine's: one host), not when the
+    # API polling above happened to look: that poll reads 8 leases a round on a loaded machine.
+    waiting = [lease for lease, state in zip(probes, still_pending, strict=True) if state == "pending"]
+    granted = [t - back_wall for t in _granted_at(stack, waiting)]
     for lease in probes:
         http.post(f"{stack.url}/api/v1/leases/{lease}/release/", timeout=30)
     merged = load.finish()
@@ -76,14 +108,17 @@ def test_redis_down_the_api_accepts_leases_and_passes_resume_after(stack: Stack,
     figures["create_during_outage_ms"] = {"p50": p(latencies, 0.5), "max": round(1000 * max(latencies), 1)}
     # A pass already running or fetched when Redis went may grant the first of them.
     figures["granted_during_outage"] = still_pending.count("granted")
-    figures["first_pass_after_redis_back_s"] = round(first_s, 2)
-    figures["all_outage_leases_granted_after_s"] = round(all_s, 2)
+    figures["pools_with_a_pass_wanted_at_return"] = wanted
+    figures["first_outage_lease_granted_after_s"] = round(min(granted), 2) if granted else None
+    figures["all_outage_leases_granted_after_s"] = round(max(granted), 2) if granted else None
+    figures["api_saw_all_granted_after_s"] = round(api_s, 2)
     failures = errors_outside(merged, [])
     figures["5xx_or_conn_errors"] = len(failures)
     settle_and_check(stack, figures, sampler)
     assert set(statuses) == {201}, f"lease creation during the outage answered {sorted(set(statuses))}"
-    assert first and every, f"leases created while Redis was down not granted after it returned\n{stack.dump_logs()}"
-    assert all_s <= 10, f"passes resumed {all_s:.1f} s after Redis returned (bound: 10 s)"
+    assert every, f"leases created while Redis was down not granted after it returned\n{stack.dump_logs()}"
+    assert max(granted) <= REDIS_RECOVERY_BOUND_S, (
+        f"leases of the outage granted {max(granted):.2f} s after Redis returned (bound: {REDIS_RECOVERY_BOUND_S} s)")
     assert not failures, failures[:10]
 
 

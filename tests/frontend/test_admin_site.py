@@ -19,7 +19,8 @@ MODELS = ["inventory.Pool", "inventory.Source", "inventory.Host", "inventory.Gpu
           "allocation.Team", "allocation.Quota", "allocation.PriorityClass", "allocation.Lease",
           "allocation.LeaseGpu", "allocation.AuditEvent", "allocation.UsageLedger", "allocation.SchedulerSettings",
           "allocation.Notification", "allocation.NotificationDelivery",
-          "core.ApiToken", "history.PoolPoint", "history.TeamPoolPoint", "history.ModelPoint", "history.GpuPoint"]
+          "core.ApiToken", "core.OidcIdentity", "history.PoolPoint", "history.TeamPoolPoint", "history.ModelPoint",
+          "history.GpuPoint"]
 
 
 def url(model: Any, view: str, *args: Any) -> str:

@@ -64,9 +64,10 @@ def test_the_csv_is_the_table_as_a_download(metered: Any, client_for: Any) -> No
     assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"] == 'attachment; filename="gpupool-usage-20261109-20261112-by-day.csv"'
     rows = list(csv.reader(io.StringIO(response.content.decode())))
-    assert rows == [["day", "gpu_hours"], ["2026-11-10", "16.0"], ["2026-11-11", "24.0"]]
+    assert rows == [["day", "gpu_hours", "idle_gpu_hours"], ["2026-11-10", "16.0", "0.0"],
+                    ["2026-11-11", "24.0", "0.0"]]
     carol = client_for(metered.users["carol"]).get(f"/usage.csv?{WINDOW}").content.decode()
-    assert carol == "team,gpu_hours\n"  # nlp used nothing in the window
+    assert carol == "team,gpu_hours,idle_gpu_hours\n"  # nlp used nothing in the window
 
 
 def test_bad_dates_are_refused_in_words(metered: Any, client_for: Any) -> None:
@@ -123,6 +124,7 @@ def test_in_chromium_the_chart_is_drawn_and_the_csv_downloads(live_server: Any, 
     download = info.value
     assert download.suggested_filename == "gpupool-usage-20261109-20261112-by-team.csv"
     with open(download.path(), encoding="utf-8") as fh:
-        assert list(csv.reader(fh)) == [["team", "gpu_hours"], ["research", "24.0"], ["vision", "16.0"]]
+        assert list(csv.reader(fh)) == [["team", "gpu_hours", "idle_gpu_hours"], ["research", "24.0", "0.0"],
+                                        ["vision", "16.0", "0.0"]]
     page.close()
     assert not errors, f"JavaScript errors: {errors}"

@@ -11,6 +11,8 @@ Served (the subset gpupool uses):
     GET  /api/v1/pods                               (all namespaces; same query options)
     GET  POST   /api/v1/namespaces/{ns}/pods
     GET  DELETE /api/v1/namespaces/{ns}/pods/{name}
+    GET  /api/v1/namespaces/{ns}/pods/{name}/log      (streamed: `tests.support.kube_logs`)
+    GET  /api/v1/namespaces/{ns}/pods/{name}/exec     (a websocket: `tests.support.kube_exec`)
     GET  /api/v1/namespaces/{ns}/events
 and Dynamic Resource Allocation's ResourceSlices and ResourceClaims (`tests.support.kube_dra`).
 Errors come back as `kind: Status` bodies with the API server's wording (404 NotFound, 409
@@ -34,6 +36,8 @@ from urllib.parse import parse_qs, urlsplit
 from tests.support.kube_dra import DraRoutes
 from tests.support.kube_dra import api_status as _status
 from tests.support.kube_dra import not_found as _not_found
+from tests.support.kube_exec import PodExecRoutes
+from tests.support.kube_logs import PodLogRoutes
 from tests.support.loopback import LoopbackServer
 
 
@@ -69,7 +73,7 @@ class Request:
 
 
 @dataclass
-class KubeApiServer(DraRoutes, LoopbackServer):
+class KubeApiServer(DraRoutes, PodLogRoutes, PodExecRoutes, LoopbackServer):
     """The server's state and the hooks tests use. Thread-safe; start() before use."""
 
     honour_field_selectors: bool = True
@@ -332,6 +336,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         split = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        if (pod := self.api.log_path(self.command, split.path)) is not None:
+            self.api.requests.append(Request(self.command, split.path, query))
+            self.api.serve_log(self, *pod, query)
+            return
+        if (pod := self.api.exec_path(self.command, split.path)) is not None:
+            self.api.requests.append(Request(self.command, split.path, query))
+            self.api.serve_exec(self, *pod)
+            return
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         extra: dict[str, str] = {}

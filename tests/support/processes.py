@@ -7,28 +7,29 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db import connection
 
+from core.database_url import database_url
 from stacktools.processes import WORKER_READY, Proc, answers, log_says, web_command, worker_command
 from stacktools.processes import running as stack_running
 from stacktools.ready import free_port
 
 
 def test_database_url() -> str:
-    """The URL of the database the tests are using right now (the test_ database)."""
+    """The URL of the database the tests are using right now (the test_ database): its servers
+    (several, for an HA cluster) and connection options as the settings have them."""
     db = connection.settings_dict
-    host = quote(str(db.get("HOST") or "127.0.0.1"), safe="")  # a Unix socket folder (embedded) is a path
-    port = db.get("PORT") or 5432
-    user = db.get("USER") or "postgres"
-    return f"postgres://{user}@{host}:{port}/{db['NAME']}"
+    return database_url({**db, "HOST": db.get("HOST") or "127.0.0.1", "PORT": db.get("PORT") or "5432",
+                         "USER": db.get("USER") or "postgres"})
 
 
 def process_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(DATABASE_URL=test_database_url(), REDIS_URL=settings.REDIS_URL, GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
+    # The tests' Redis: its URL, or (a Sentinel group) REDIS_SENTINELS as inherited, REDIS_URL emptied.
+    redis_url = "" if settings.REDIS_TARGET.uses_sentinel else settings.REDIS_URL
+    env.update(DATABASE_URL=test_database_url(), REDIS_URL=redis_url, GPUPOOL_VAR_DIR=str(settings.VAR_DIR),
                DJANGO_SETTINGS_MODULE="pool.settings", PYTHONUNBUFFERED="1")
     env.update(extra)
     return env

@@ -7,13 +7,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
-
-from tests.support.processes import web_server
 
 pytestmark = [pytest.mark.slow]
 
@@ -25,14 +22,6 @@ def fleet(transactional_db: Any, demo_fleet: Any, make_user: Any) -> dict[str, A
     alice = make_user("alice", teams=("vision",))
     carol = make_user("carol", teams=("nlp",))
     return {"alice": api_key(alice), "carol": api_key(carol)}
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
-    """The web server (one per module), fed by the Redis stream."""
-    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log",
-                                                 GPUPOOL_AUTOSCHEDULE="0") as url:
-        yield url + "/api/v1/"
 
 
 @pytest.fixture

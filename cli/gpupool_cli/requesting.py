@@ -1,0 +1,215 @@
+"""Asking for GPUs: `request` (and `--wait`), `run -- CMD`.
+
+A wait outlives the server: transient failures are retried until the deadline (waiting.py). The
+lease is cancelled only by the user, Ctrl-C or SIGTERM, or by `--timeout`, and the reason sent
+with the cancel (kept in the lease's audit trail) says which, with what it was still waiting for."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from gpupool_cli.context import Ctx
+from gpupool_cli.errors import EXIT_API, ApiError, CliError, NotFound, Terminated, UsageError, WaitTimeout, stop_name
+from gpupool_cli.leases import lease_block
+from gpupool_cli.options import current, global_options, key_values, lease_request_options
+from gpupool_cli.output import format_duration, parse_duration, parse_time
+from gpupool_cli.waiting import ENDED, HOLDING, Follower, StatusLine
+
+CANCEL_BUDGET_S = 30.0  # how long a cancel is retried while the server does not answer
+MAX_REASON = 500  # the API's limit on a release reason
+
+
+def _default_pool(ctx: Ctx) -> str:
+    pools = [p["name"] for p in ctx.client.all("pools/")]
+    if len(pools) == 1:
+        return str(pools[0])
+    if not pools:
+        raise CliError("the server has no pools", code="no_pools")
+    raise UsageError(f"several pools ({', '.join(pools)}): say which with --pool", code="pool_required")
+
+
+def request_body(ctx: Ctx, opts: dict[str, Any], binding: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"pool": opts["pool"] or _default_pool(ctx), "gpus": opts["gpus"],
+                            "same_host": opts["same_host"]}
+    if opts["ttl"]:
+        body["ttl_seconds"] = parse_duration(opts["ttl"])
+    for key, value in (("model", opts["model"]), ("team", opts["team"]), ("priority_class", opts["priority"]),
+                       ("min_memory_mb", opts["min_memory"])):
+        if value not in (None, ""):
+            body[key] = value
+    if binding is not None:
+        body["binding"] = binding
+    selector = _selector(opts)
+    if selector:
+        body["selector"] = selector
+    return body
+
+
+def _selector(opts: dict[str, Any]) -> dict[str, Any]:
+    """`--source`, `--host` and `--label k=v` as the lease's selector ({} for none)."""
+    selector: dict[str, Any] = {}
+    sources = list(opts["source"])
+    if sources:
+        selector["source"] = sources[0] if len(sources) == 1 else sources
+    if opts["host"]:
+        selector["host"] = opts["host"]
+    labels = key_values(opts["label"], "--label")
+    if labels:
+        selector["labels"] = labels
+    return selector
+
+
+def create_lease(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    """POST leases/ under an Idempotency-Key (a retry after a lost answer finds the same lease).
+    An unknown pool is NotFound (exit 3), as an unknown team or priority class is."""
+    try:
+        lease: dict[str, Any] = ctx.client.create("leases/", body)
+    except ApiError as exc:
+        if exc.status == 400 and "does not exist" in str(exc.details.get("pool", "")):
+            raise NotFound(f"pool {body['pool']!r} does not exist", code="unknown_pool") from exc
+        raise
+    return lease
+
+
+def cancel_reason(why: str, last: dict[str, Any] | None, waited: float) -> str:
+    """The audit reason of a cancel: who stopped the wait, after how long, and what the lease was
+    still waiting for (its queue position and the scheduler's reason)."""
+    if last is not None and last["state"] in HOLDING:
+        return f"released from the CLI: {why} while the workload ran ({format_duration(waited)})"[:MAX_REASON]
+    text = f"cancelled from the CLI: {why} after {format_duration(waited)} waiting"
+    if last is not None and last["state"] == "pending":
+        pos = last.get("queue_position")
+        text += f"; it was pending ({f'#{pos} in queue' if pos else 'queued'})"
+        if last.get("reason"):
+            text += f": {last['reason']}"
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
+
+
+def cancel(ctx: Ctx, lease_id: str, why: str, last: dict[str, Any] | None, waited: float) -> None:
+    """Cancel (release) the lease, retried for a while if the server does not answer; says so
+    either way on stderr."""
+    reason = cancel_reason(why, last, waited)
+    client = ctx.client.patient(deadline=time.monotonic() + CANCEL_BUDGET_S)
+    try:
+        client.request("POST", f"leases/{lease_id}/release/", json={"reason": reason}, idempotent=True)
+    except CliError as exc:
+        ctx.note(f"could not cancel lease {lease_id}: {exc.line()}; cancel it with `gpupool cancel {lease_id[:8]}`",
+                 style="red")
+        return
+    verb = "released" if last is not None and last["state"] in HOLDING else "cancelled"
+    ctx.note(f"{verb} lease {lease_id} ({why})", style="yellow")
+
+
+def _timeout(opts: dict[str, Any]) -> float | None:
+    return float(parse_duration(opts["timeout"])) if opts.get("timeout") else None
+
+
+def wait_for_grant(ctx: Ctx, lease_id: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """Follow a new lease until it is granted or ends; returns it. Past `--timeout`, or on Ctrl-C
+    or SIGTERM, the lease is cancelled (the reason says which) and the exception goes on up."""
+    line = StatusLine(ctx)
+    follower = Follower(ctx, lease_id, line, poll_s=opts["poll"], timeout_s=_timeout(opts))
+    try:
+        with line:
+            return follower.until(lambda x: x["state"] in HOLDING or x["state"] in ENDED)
+    except WaitTimeout:
+        cancel(ctx, lease_id, f"--timeout {opts['timeout']} passed", follower.last, line.waited)
+        raise
+    except (KeyboardInterrupt, Terminated) as stop:
+        cancel(ctx, lease_id, stop_name(stop), follower.last, line.waited)
+        raise
+
+
+@click.command("request")
+@lease_request_options
+@click.option("--wait", is_flag=True, help="wait until granted, with the queue position (Ctrl-C cancels)")
+@global_options
+def cmd_request(wait: bool, **opts: Any) -> int:
+    """Request GPUs; --wait until granted."""
+    ctx = current()
+    lease = create_lease(ctx, request_body(ctx, opts))
+    if not wait:
+        ctx.emit(lease, lambda: lease_block(lease))
+        return 0
+    if not ctx.machine:
+        ctx.note(f"requested lease {lease['id']}")
+    lease = wait_for_grant(ctx, lease["id"], opts)
+    ctx.emit(lease, lambda: lease_block(lease))
+    if lease["state"] in ENDED:
+        raise CliError(f"lease {lease['id']} {lease['state']}: {lease.get('reason') or ''}".rstrip(": "),
+                       code=f"lease_{lease['state']}")
+    return 0
+
+
+def _exit_code(lease: dict[str, Any]) -> int:
+    """The workload's exit code when known; else 0 for a clean release, 1 for any other end."""
+    status = (lease.get("binding") or {}).get("status") or {}
+    if isinstance(status.get("exit_code"), int):
+        return min(max(int(status["exit_code"]), 0), 255)
+    return 0 if lease["state"] == "released" else EXIT_API
+
+
+@click.command("run", context_settings={"allow_interspersed_args": False})
+@lease_request_options
+@click.option("--env", multiple=True, metavar="KEY=VALUE", help="environment variable (repeatable)")
+@click.argument("workload", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND...")
+@global_options
+def cmd_run(env: tuple[str, ...], workload: tuple[str, ...], **opts: Any) -> int:
+    """Request GPUs and run a command on them: gpupool run --gpus 1 -- python train.py
+
+    Exits with the command's exit code. Ctrl-C or SIGTERM cancels the request, or releases the
+    lease (ending the command) once it runs."""
+    ctx = current()
+    command = list(workload)
+    if not command:
+        raise UsageError("say what to run after --, e.g. gpupool run --gpus 1 -- python train.py")
+    binding = {"kind": "process", "command": command, "env": key_values(env, "--env")}
+    lease = create_lease(ctx, request_body(ctx, opts, binding))
+    lease_id = lease["id"]
+    if not ctx.machine:
+        ctx.note(f"requested lease {lease_id}")
+    lease = wait_for_grant(ctx, lease_id, opts)
+    if lease["state"] in HOLDING:
+        if not ctx.machine:
+            ctx.note(f"running on {lease['host']}: {', '.join(lease['gpus'])}", style="green")
+        lease = follow_workload(ctx, lease, opts["poll"])
+    if ctx.machine:
+        ctx.dump(lease)
+    else:
+        ctx.note(f"lease {lease['state']}: {lease.get('reason') or ''}")
+    return _exit_code(lease)
+
+
+def follow_workload(ctx: Ctx, lease: dict[str, Any], poll_s: float) -> dict[str, Any]:
+    """Follow a granted lease until it ends, renewing it as it goes; Ctrl-C or SIGTERM releases it."""
+    line = StatusLine(ctx)
+    follower = Follower(ctx, lease["id"], line, poll_s=poll_s)
+    follower.last = lease
+    try:
+        with line:
+            return follower.until(lambda x: x["state"] in ENDED, on_poll=lambda x: _heartbeat(ctx, x))
+    except (KeyboardInterrupt, Terminated) as stop:
+        cancel(ctx, lease["id"], stop_name(stop), follower.last, line.waited)
+        raise
+
+
+def _heartbeat(ctx: Ctx, lease: dict[str, Any]) -> None:
+    """Renew a running lease once less than half its TTL is left: it lives as long as we follow.
+    A failed renewal is tried again at the next answer (the lease has half its TTL left)."""
+    expires = parse_time(lease.get("expires_at"))
+    if lease["state"] not in HOLDING or expires is None:
+        return
+    left = (expires - datetime.now(UTC)).total_seconds()
+    if left < lease["ttl_seconds"] / 2:
+        try:
+            ctx.client.post(f"leases/{lease['id']}/renew/", {}, idempotent=True)
+        except CliError as exc:
+            if not exc.transient:
+                raise
+
+
+COMMANDS = (cmd_request, cmd_run)
