@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from allocation.policy import codes
+
 
 class LeaseState(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -25,6 +27,12 @@ END_STATES = (LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.PREEMPTED, Lea
 # fair_share), idle reclaim (allocation.services.idle) and an admin's drain of the lease's host
 # (allocation.services.admin, a capacity move in drain mode too).
 PREEMPTION_CAUSES = ("priority", "reclaim", "fair_share", "idle", "drain")
+
+
+# Why a pending lease waits (allocation.policy.codes.PendingCode, the one list, whose members the
+# writers use): the model's, the filters' and the serializers' choices. "" on a lease that is not
+# pending.
+PENDING_CODES: list[tuple[str, str]] = [(code.value, codes.LABELS[code]) for code in codes.PendingCode]
 
 
 class BindingKind(models.TextChoices):

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from allocation.choices import LeaseState, ReservationState
+from allocation.choices import PENDING_CODES, LeaseState, ReservationState
 from allocation.models import AuditEvent, Lease, NotificationDelivery, PriorityClass, Quota, Reservation, Team
 from allocation.notify_vocabulary import EVENTS, KINDS
 from core.api.filtersets import BooleanFilter, IsoDateTimeFilter, NameFilter, StrictFilterSet
@@ -53,6 +53,9 @@ class LeaseFilterSet(StrictFilterSet):
                                                 help_text="Lease state; repeat for several.")
     active = BooleanFilter(method="filter_active",
                                           help_text="true: pending, granted or bound; false: ended.")
+    pending_code = django_filters.MultipleChoiceFilter(
+        choices=PENDING_CODES, help_text="Why a pending lease waits (its `pending_code`); repeat for several. "
+                                         "Only pending leases carry one.")
     team = NameFilter(model=Team, noun="team", field_name="team__name", help_text="Team name, exact.")
     pool = NameFilter(model=Pool, noun="pool", field_name="pool__name", help_text="Pool name, exact.")
     user = NameFilter(model=settings.AUTH_USER_MODEL, noun="user", name_field="username",
@@ -63,7 +66,7 @@ class LeaseFilterSet(StrictFilterSet):
 
     class Meta:
         model = Lease
-        fields = ["id_prefix", "state", "active", "team", "pool", "user", "host", "priority_class"]
+        fields = ["id_prefix", "state", "active", "pending_code", "team", "pool", "user", "host", "priority_class"]
 
     def filter_id_prefix(self, queryset: QuerySet[Lease], name: str, value: str) -> QuerySet[Lease]:
         low, high = id_range(value)

@@ -22,6 +22,7 @@ from allocation.choices import END_STATES, LeaseState
 from allocation.models import AuditEvent, Lease, LeaseGpu
 from allocation.outbox import announce as announce_changes
 from allocation.outbox import announce_lease, change_of, outbox_cte, publish_after_commit
+from allocation.policy.codes import PendingCode
 from core.db.bulk import bulk_update_fast
 from core.db.statements import Statement, execute_as_one, insert_sql, update_sql
 from core.errors import Conflict
@@ -68,6 +69,8 @@ def transition(lease: Lease, target: str, *, actor: str, reason: str = "",
     previous = lease.state
     lease.state = target
     lease.reason = reason
+    # A pending lease carries why it waits as a code too; a pass writes its own after this one.
+    lease.pending_code = PendingCode.NEXT_PASS if target == LeaseState.PENDING else ""
     if target in END_STATES:
         lease.ended_at = lease.end_time(now)
         lease.queue_position = None
@@ -148,7 +151,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
 
 
 # What ending a lease writes on its row (`transition` to an end state, then `_end`).
-END_FIELDS = ("state", "reason", "ended_at", "queue_position", "estimated_start", "ending_since",
+END_FIELDS = ("state", "reason", "pending_code", "ended_at", "queue_position", "estimated_start", "ending_since",
               "binding_status")
 
 

@@ -4,12 +4,13 @@ Django's RedisCacheClient makes a new `redis.Redis` object for each cache operat
 table of response callbacks costs ~50 µs, more than the round trip to a local Redis). A Redis
 object over a connection pool is safe to share between threads, so one is kept, made by
 core.redis_clients like every other Redis client of gpupool (a URL, or a Sentinel group's master).
-The lease-create throttle and the capacity-profile cache make three such calls per lease request.
+The capacity-profile cache is read on every lease request (the per-user lease rate is not a
+cache: core.ratelimit, a token bucket of its own in Redis).
 
 The cache is an optimisation and a debounce, never the record: when Redis cannot be reached every
 operation behaves as on an empty cache (a get misses, an add succeeds, a write is dropped), with a
 warning at most once a minute per process. So while Redis is down the API keeps answering from
-PostgreSQL (lease requests are not throttled then) instead of failing."""
+PostgreSQL instead of failing (and the lease rate lets requests through: core.ratelimit)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The queue and the lease list at any size: leases the user may see, filtered (pool, team, state,
-model, priority, free text), sorted and cut into pages in the database (`list_page`), with counts
-over the whole result: pending leases and GPUs asked per pool on the queue, leases per state on the
-lease list. A page costs the same few queries at 10 or 10,000 leases."""
+model, priority, why a pending lease waits, free text), sorted and cut into pages in the database
+(`list_page`), with counts over the whole result: pending leases and GPUs asked per pool on the
+queue, leases per state on the lease list. A page costs the same few queries at 10 or 10,000
+leases."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 from django.db.models import Count, F, Q, QuerySet, Sum
 
-from allocation.choices import ACTIVE_STATES, LeaseState
+from allocation.choices import ACTIVE_STATES, PENDING_CODES, LeaseState
 from allocation.models import Lease, LeaseGpu
 from allocation.selectors import lease_list
 from frontend.list_page import Filter, ListPage, ListQuery, ListSpec, paginate
@@ -26,6 +27,7 @@ def queue_spec(*, pools: Sequence[str], teams: Sequence[str], priorities: Sequen
         Filter("pool", "Pool", [(p, p) for p in pools], any_label="All pools"),
         Filter("team", "Team", [(t, t) for t in teams], any_label="All teams"),
         Filter("priority", "Priority", [(p, p) for p in priorities], any_label="Any priority"),
+        Filter("pending_code", "Why", PENDING_CODES, any_label="Any reason"),
         Filter("model", "Model", placeholder="H100"),
         Filter("q", "Search", placeholder="user, lease id"),
     ), {
@@ -81,7 +83,8 @@ def _filtered(leases: QuerySet[Lease], query: ListQuery) -> QuerySet[Lease]:
         leases = leases.filter(state__in=ACTIVE_STATES)
     elif state:
         leases = leases.filter(state=state)
-    for name, field in (("pool", "pool__name"), ("team", "team__name"), ("priority", "priority_class__name")):
+    for name, field in (("pool", "pool__name"), ("team", "team__name"), ("priority", "priority_class__name"),
+                        ("pending_code", "pending_code")):
         if query.get(name):
             leases = leases.filter(**{field: query.get(name)})
     if query.get("model"):

@@ -1,7 +1,7 @@
 """Prometheus series computed at scrape time from the database (no state kept in the process), so
 every web process serves the same numbers whichever worker did the work.
 
-Gauges: GPUs by pool and state, leases by pool and state, pending leases per pool, GPUs each team
+Gauges: GPUs by pool and state, leases by pool and state, pending leases per pool and pending code, GPUs each team
 holds per pool, allocated GPUs sitting idle per pool and team, ledger drift per check. Counters
 and histograms from durable rows: preemptions by pool and cause (the `lease.preempt` audit events:
 the pass's causes, idle reclaim, an admin's drain), and the admission time of every lease ever
@@ -89,17 +89,26 @@ def _leases(known: Known) -> Iterator[GaugeMetricFamily]:
 
     from allocation.choices import ACTIVE_STATES
     from allocation.models import Lease
-    from allocation.selectors import pending_by_pool
 
     leases = GaugeMetricFamily("gpupool_leases", "Leases by pool and state", labels=["pool", "state"])
     counts = {(row["pool__name"], row["state"]): row["n"] for row in
               Lease.objects.filter(state__in=ACTIVE_STATES).values("pool__name", "state").annotate(n=Count("pk"))}
     _filled(leases, counts, product(known.pools.values(), [str(state) for state in ACTIVE_STATES]))
     yield leases
-    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool", labels=["pool"])
-    queued = {(known.pools[pool_id],): queue.leases for pool_id, queue in pending_by_pool().items()}
-    _filled(pending, queued, [(name,) for name in known.pools.values()])
-    yield pending
+    yield _pending(known)
+
+
+def _pending(known: Known) -> GaugeMetricFamily:
+    """Pending leases by pool and why they wait (`code`, allocation.policy.codes); summed over
+    `code`, a pool's queue. Every known code of every pool has a series, 0 when none waits so."""
+    from allocation.policy.codes import PendingCode
+    from allocation.selectors import pending_by_code
+
+    pending = GaugeMetricFamily("gpupool_leases_pending", "Pending leases by pool and pending code",
+                                labels=["pool", "code"])
+    counts = {(known.pools[pool_id], code): n for (pool_id, code), n in pending_by_code().items()}
+    _filled(pending, counts, product(known.pools.values(), [code.value for code in PendingCode]))
+    return pending
 
 
 def _team_gpus_held(known: Known) -> GaugeMetricFamily:

@@ -31,8 +31,8 @@ from inventory.models import Gpu
 # selectors.with_names (annotations), or from loaded relations (_RELATED).
 COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
            "same_host", "selector", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at",
-           "expires_at", "ended_at", "reason", "queue_position", "estimated_start", "binding_kind", "binding_spec",
-           "binding_status", "preempted_by_id", "warning", "idle_exempt", "ending_since")
+           "expires_at", "ended_at", "reason", "pending_code", "queue_position", "estimated_start", "binding_kind",
+           "binding_spec", "binding_status", "preempted_by_id", "warning", "idle_exempt", "ending_since")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
 
@@ -75,7 +75,7 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "borrowed": row["borrowed"],
         "requeue_on_loss": row["requeue_on_loss"], "ttl_seconds": row["ttl_seconds"], "created_at": created,
         "granted_at": granted, "expires_at": expires, "ended_at": ended_at, "reason": row["reason"],
-        "queue_position": row["queue_position"], "estimated_start": estimated,
+        "pending_code": row["pending_code"], "queue_position": row["queue_position"], "estimated_start": estimated,
         "binding": {"kind": row["binding_kind"], "spec": spec,
                     "status": row["binding_status"] or {"state": "waiting for grant"}} if spec else None,
         "preempted_by": str(preempted_by) if preempted_by is not None else None,

@@ -14,8 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
-from rest_framework.throttling import BaseThrottle, UserRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from allocation.api import exec as exec_api
 from allocation.api import logs as log_api
@@ -29,6 +28,7 @@ from allocation.api.serializers import (
     RenewQuerySerializer,
     RenewSerializer,
 )
+from allocation.api.throttles import LeaseCreateThrottle
 from allocation.filtersets import LeaseFilterSet
 from allocation.models import Lease
 from allocation.selectors import lease_list
@@ -36,17 +36,6 @@ from allocation.services.leases import lease_create, lease_release, lease_renew
 from core.api.renderers import JSONRenderer
 from core.api.viewsets import ReadOnlyViewSet
 from core.errors import DomainError
-
-
-class LeaseCreateThrottle(UserRateThrottle):
-    """Lease requests per user (`GPUPOOL_LEASE_RATE`, default 600/min); reads the rate at request
-    time so an override of REST_FRAMEWORK in tests or settings takes effect."""
-
-    scope = "lease_create"
-
-    def get_rate(self) -> str | None:
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        return None if rate is None else str(rate)
 
 
 @extend_schema_view(
@@ -101,7 +90,10 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
                                "`budget_exhausted` when a spent `block_new` GPU-hour budget of the team "
                                "refuses it (`details`: the budget, `used_gpu_hours`, `gpu_hours`, "
                                "`resets_at`); a spent `lower_priority` budget gives it the lowest priority "
-                               "class instead, and its `reason` says so.",
+                               "class instead, and its `reason` says so. 429 `queue_full` when the team's "
+                               "queue in the pool is at one of the pool's `queue_caps` (`details`: `cap`, "
+                               "`limit`, `pending_leases`, `pending_gpus`); 429 `throttled`, with Retry-After, "
+                               "over the user's lease rate. A new lease's `pending_code` is `next_pass`.",
                    parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
                                                 description="Same key + same body returns the same lease.")])
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from allocation.choices import LeaseState
 from allocation.models import AuditEvent, Lease, PriorityClass, Quota, Team
+from allocation.policy import codes
 from allocation.policy.budgets import THRESHOLDS, BudgetStatus
 from allocation.workloads.stopping import stopping_view
 from inventory.api.serializers import HostSerializer
@@ -197,6 +198,8 @@ class ForgottenWorkloadsSerializer(serializers.Serializer[Any]):
     gpus_freed = serializers.IntegerField(read_only=True, help_text="GPUs freed.")
 
 
+PENDING_CODE_HELP = ("Why a pending lease waits, as a stable code beside `reason` (empty once it is not "
+                     "pending; filter with `?pending_code=`): " + codes.documented() + ".")
 STOPPING_HELP = ("Set while the lease has ended but keeps its GPUs until its workload is stopped (or its "
                  "preemption notice runs out); null otherwise. A failed stop is retried with backoff "
                  "(5 s doubling to 5 min; every 30 min after a permanent error) and the GPUs are never "
@@ -247,7 +250,7 @@ class LeaseSerializer(serializers.ModelSerializer[Any]):
         fields = ["id", "state", "team", "user", "pool", "gpu_count", "gpus", "host", "model",
                   "min_memory_mb", "min_driver_version", "min_cuda_version", "same_host", "selector",
                   "priority_class", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
-                  "granted_at", "expires_at", "ended_at", "reason", "queue_position",
+                  "granted_at", "expires_at", "ended_at", "reason", "pending_code", "queue_position",
                   "estimated_start", "binding", "preempted_by", "warning", "idle_exempt", "stopping", "exit_code"]
         read_only_fields = fields
         extra_kwargs = {
@@ -267,6 +270,7 @@ class LeaseSerializer(serializers.ModelSerializer[Any]):
             "expires_at": {"help_text": "When a granted lease expires unless renewed."},
             "ended_at": {"help_text": "When it ended; null while active."},
             "reason": {"help_text": "Why it is pending, or why it ended, in words."},
+            "pending_code": {"help_text": PENDING_CODE_HELP},
             "queue_position": {"help_text": "1-based place in its pool's queue while pending; null otherwise."},
             "estimated_start": {"help_text": "When a pending lease is expected to start, if the scheduler "
                                              "can tell; null otherwise."},

@@ -7,6 +7,7 @@ limit 8 → 16"); applying the same file twice returns an empty list the second 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -37,7 +38,9 @@ from allocation.config.apply_sso import (
     sso_reference_errors,
 )
 from allocation.config.idle import idle_reclaim_export
+from allocation.config.queue_caps import queue_caps_export
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
+from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.idle import IdleReclaim
 from allocation.services.budgets import budgets_refresh
 from inventory.models import Pool, Source
@@ -124,7 +127,20 @@ def _apply_pools(cfg: Config, changes: list[str]) -> dict[str, Pool]:
         if spec.scheduler is not None:
             _apply_pool_scheduler(pools[spec.name], spec.scheduler, changes)
         _apply_pool_idle_reclaim(pools[spec.name], spec.idle_reclaim, changes)
+        _apply_pool_queue_caps(pools[spec.name], spec.queue_caps, changes)
     return pools
+
+
+def _apply_pool_queue_caps(pool: Pool, caps: QueueCaps, changes: list[str]) -> None:
+    """The pool's `queue_caps`, as the file gives them: absent is the defaults (a pool without a
+    scheduling row has them already)."""
+    row = PoolScheduling.objects.filter(pool=pool).first()
+    if row is None:
+        if caps == DEFAULT_QUEUE_CAPS:
+            return
+        row = PoolScheduling(pool=pool)
+    if _set(row, asdict(caps), f"pool {pool.name} queue_caps", changes):
+        row.save()
 
 
 def _apply_pool_idle_reclaim(pool: Pool, rule: IdleReclaim | None, changes: list[str]) -> None:
@@ -314,6 +330,9 @@ def _export_pool(pool: Pool) -> dict[str, Any]:
     idle = idle_reclaim_export(scheduling.idle_reclaim) if scheduling is not None else None
     if idle is not None:
         data["idle_reclaim"] = idle
+    caps = queue_caps_export(scheduling.queue_caps) if scheduling is not None else None
+    if caps is not None:
+        data["queue_caps"] = caps
     return data
 
 

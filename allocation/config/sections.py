@@ -13,6 +13,7 @@ from allocation.config.budgets import check_budget, check_price
 from allocation.config.idle import check_idle_reclaim
 from allocation.config.notifications import check_notification
 from allocation.config.positions import Checker
+from allocation.config.queue_caps import check_queue_caps
 from allocation.config.specs import (
     POOL_SCHEDULER_KEYS,
     Config,
@@ -29,8 +30,8 @@ SOURCE_COMMON = {"name", "kind", "pool", "interval_s"}
 
 
 def _check_pool(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "description", "scheduler", "share_across_teams", "idle_reclaim"},
-                    {"name"}):
+    if not chk.keys(path, item, {"name", "description", "scheduler", "share_across_teams", "idle_reclaim",
+                                 "queue_caps"}, {"name"}):
         return
     errors = len(chk.errors)
     name = chk.name((*path, "name"), item["name"], "pool name")
@@ -39,11 +40,12 @@ def _check_pool(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen:
     share = chk.boolean((*path, "share_across_teams"), item.get("share_across_teams", False),
                         "share_across_teams")
     _, idle = check_idle_reclaim(chk, (*path, "idle_reclaim"), item.get("idle_reclaim"))
+    _, caps = check_queue_caps(chk, (*path, "queue_caps"), item.get("queue_caps"))
     if not isinstance(desc, str):
         chk.error((*path, "description"), "description must be a string")
     elif name and share is not None and len(chk.errors) == errors:
         chk.unique(path, seen, name, "pool")
-        cfg.pools.append(PoolSpec(name, desc, sched, share, idle))
+        cfg.pools.append(PoolSpec(name, desc, sched, share, idle, caps))
 
 
 def _pool_scheduler(chk: Checker, path: tuple[Any, ...], value: Any) -> PoolSchedulerSpec | None:

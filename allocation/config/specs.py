@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocation.notify_vocabulary import DEFAULT_EXPIRING_BEFORE_S, DEFAULT_GRANTED_AFTER_S
+from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.types import PriorityClassView, QuotaView
 
@@ -38,6 +39,8 @@ class PoolSpec:
     share_across_teams: bool = False
     # `idle_reclaim:`; None: no idle reclaim for the pool (a priority class may still set one).
     idle_reclaim: IdleReclaim | None = None
+    # `queue_caps:`; absent: the defaults.
+    queue_caps: QueueCaps = DEFAULT_QUEUE_CAPS
 
 
 @dataclass(frozen=True)

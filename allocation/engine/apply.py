@@ -72,7 +72,8 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
     claimed = bulk_update_columns(
         Lease, [g.lease_id for g in grants], ["reason", "expires_at", "borrowed", "host"],
         [reasons, expires, [g.borrowed for g in grants], [_main_host(g, read.gpu_host) for g in grants]],
-        same={"state": LeaseState.GRANTED, "granted_at": now, "queue_position": None, "estimated_start": None},
+        same={"state": LeaseState.GRANTED, "granted_at": now, "pending_code": "", "queue_position": None,
+              "estimated_start": None},
         only_if={"state": LeaseState.PENDING})
     links: tuple[list[str], list[int]] = ([], [])
     meters: list[tuple[str, int, str, float]] = []
@@ -160,8 +161,8 @@ def after(read: PoolRead, step: Step) -> PoolRead:
 
 
 def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> set[str]:
-    """Store each pending lease's reason, queue position and estimated start where they changed,
-    in one UPDATE (only on leases still pending). Returns the ids of the leases written.
+    """Store each pending lease's code, reason, queue position and estimated start where they
+    changed, in one UPDATE (only on leases still pending). Returns the ids of the leases written.
 
     Bounded cost: a lease's first explanation (none stored yet), and any change at the head of
     the queue (old or new position ≤ EXPLAIN_HEAD), are written at once; changes further back
@@ -175,9 +176,10 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         if row is None:
             continue
         est = datetime.fromtimestamp(pend.estimated_start, tz=now.tzinfo) if pend.estimated_start else None
-        if (row.reason, row.queue_position, row.estimated_start) == (pend.reason, pend.queue_position, est):
+        if (row.reason, row.queue_position, row.estimated_start, row.pending_code) == (
+                pend.reason, pend.queue_position, est, pend.code):
             continue
-        change = (pend.lease_id, pend.reason, pend.queue_position, est)
+        change = (pend.lease_id, pend.code, pend.reason, pend.queue_position, est)
         if row.queue_position is None or min(row.queue_position, pend.queue_position) <= EXPLAIN_HEAD:
             head.append(change)
         else:
@@ -187,6 +189,6 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         head += tail
     if not head:
         return set()
-    keys, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
-    return bulk_update_columns(Lease, keys, ["reason", "queue_position", "estimated_start"],
-                               [reasons, positions, starts], only_if={"state": LeaseState.PENDING})
+    keys, codes, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
+    return bulk_update_columns(Lease, keys, ["pending_code", "reason", "queue_position", "estimated_start"],
+                               [codes, reasons, positions, starts], only_if={"state": LeaseState.PENDING})

@@ -92,8 +92,8 @@ PENDING_SQL = """
 SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s,
        EXTRACT(EPOCH FROM l.created_at)::float8,
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
-       l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.reason, l.queue_position, l.estimated_start,
-       l.binding_kind, NULLIF(l.selector, '{}'::jsonb)
+       l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.pending_code, l.reason, l.queue_position,
+       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{}'::jsonb)
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
@@ -129,6 +129,7 @@ class PendingRow(NamedTuple):
     min_cuda_version: str
     ttl_seconds: int
     has_binding: bool
+    pending_code: str
     reason: str
     queue_position: int | None
     estimated_start: datetime | None
@@ -201,7 +202,7 @@ def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
 
 def _pending_rows(pool_id: int) -> list[PendingRow]:
     rows = _read(PENDING_SQL, {"pool": pool_id, "pending": LeaseState.PENDING.value})
-    return [PendingRow._make((*r[:18], r[18], _tag(r[19]))) for r in rows]
+    return [PendingRow._make((*r[:20], _tag(r[20]))) for r in rows]
 
 
 def _json(value: Any) -> Any:

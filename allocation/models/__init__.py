@@ -11,7 +11,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from allocation.choices import HOLDING_STATES, BindingKind, LeaseState, ReservationState
+from allocation.choices import HOLDING_STATES, PENDING_CODES, BindingKind, LeaseState, ReservationState
+from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.where import selector_of
@@ -141,6 +142,9 @@ class Lease(models.Model):
                              related_name="leases")
     gpus = models.ManyToManyField(Gpu, through="LeaseGpu", related_name="leases")
     reason = models.TextField(blank=True, default="")
+    # Why it is pending, as a stable code (allocation.policy.codes), written with `reason` by the
+    # same statements; "" once it is no longer pending.
+    pending_code = models.CharField(max_length=32, choices=PENDING_CODES, blank=True, default="")
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -167,7 +171,11 @@ class Lease(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"])]
+        indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"]),
+                   # A team's queue in a pool, as the queue caps count it at every lease request
+                   # (allocation.services.queue_caps): an index-only scan of that queue alone.
+                   models.Index(fields=["pool", "team"], include=["gpu_count"], condition=Q(state="pending"),
+                                name="lease_pending_queue")]
         constraints = [
             models.CheckConstraint(condition=Q(gpu_count__gte=1), name="lease_gpu_count_positive"),
             models.UniqueConstraint(fields=["user", "idempotency_key"],
@@ -330,22 +338,35 @@ class SchedulerSettings(models.Model):
 class PoolScheduling(IdleReclaimFields):
     """A pool's own scheduler settings (`pools[].scheduler` in the configuration; empty: the
     `scheduler:` section's), and when the pool last preempted for fair share (the engine keeps
-    the minimum interval between such preemptions across passes, workers and restarts), and the
-    pool's idle reclaim rule (`pools[].idle_reclaim`)."""
+    the minimum interval between such preemptions across passes, workers and restarts), the
+    pool's idle reclaim rule (`pools[].idle_reclaim`), and its caps on each team's queue
+    (`pools[].queue_caps`; a pool without this row has the default caps)."""
 
     pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="scheduling")
     fair_share_preemption = models.BooleanField(null=True, blank=True)
     fair_share_preemption_interval_s = models.FloatField(null=True, blank=True)
     last_fair_share_preemption_at = models.DateTimeField(null=True, blank=True)
+    # allocation.policy.admission.QueueCaps; null: no cap.
+    pending_leases_per_team = models.PositiveIntegerField(
+        null=True, blank=True, default=DEFAULT_QUEUE_CAPS.pending_leases_per_team)
+    pending_gpus_per_team = models.PositiveIntegerField(
+        null=True, blank=True, default=DEFAULT_QUEUE_CAPS.pending_gpus_per_team)
 
     class Meta:
         verbose_name_plural = "pool scheduling"
         constraints = [models.CheckConstraint(
             condition=Q(fair_share_preemption_interval_s__isnull=True) | Q(fair_share_preemption_interval_s__gte=0),
-            name="pool_fair_share_interval_not_negative"), *idle_reclaim_constraints("pool_scheduling")]
+            name="pool_fair_share_interval_not_negative"), *idle_reclaim_constraints("pool_scheduling"),
+            *[models.CheckConstraint(condition=Q(**{f"{cap}__isnull": True}) | Q(**{f"{cap}__gte": 1}),
+                                     name=f"pool_{cap}_positive")
+              for cap in ("pending_leases_per_team", "pending_gpus_per_team")]]
 
     def __str__(self) -> str:
         return f"scheduling of {self.pool}"
+
+    @property
+    def queue_caps(self) -> QueueCaps:
+        return QueueCaps(self.pending_leases_per_team, self.pending_gpus_per_team)
 
     def overrides(self) -> dict[str, object]:
         """The settings this pool sets itself, as the configuration spells them."""

@@ -8,6 +8,8 @@ the scheduling pass's own functions, so that each is written once:
   tell: model, MIG profile, memory);
 - the most GPUs one lease could ever get: `placement.capacity_bound` (the `fits_pool` gate);
 - the team's limit: `gates.exceeds_limit` (the `team_limit` gate).
+A rule of its own: a team's queue in a pool is capped (`QueueCaps`, `queue_full`), so that no
+team can flood the queue every pass reconsiders.
 
 A capacity profile row is one kind of GPU of the pool: (model, MIG profile, memory in MB, most
 on one host, total), as `inventory.selectors.pool_capacity_profile` reads it.
@@ -18,6 +20,7 @@ Pure: no Django, no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from allocation.policy import explain
 from allocation.policy.gates import Refusal, exceeds_limit
@@ -51,6 +54,37 @@ def admit_lease(req: RequestView, limit: int | None, profile: Sequence[ProfileRo
     bound = capacity_bound(profile_groups(profile, req.model, req.min_memory_mb), req.same_host)
     if req.gpus > bound:
         return Refusal("unsatisfiable", explain.never_fits(req, bound), unsatisfiable=True)
+    return None
+
+
+@dataclass(frozen=True)
+class QueueCaps:
+    """A pool's caps on each team's queue there (`pools[].queue_caps`): how many of its leases
+    may be pending at once, and how many GPUs they may ask for in all; None: no cap.
+
+    The default, 1,000 pending leases and no cap on GPUs: every pass reconsiders every pending
+    lease, so the number of leases is what a flood costs (a pass over 10,000 pending is what the
+    engine is measured at: ten teams at their cap); a team may still ask for a pool's worth of
+    GPUs in one lease, and the GPUs a queue asks for cost a pass nothing more. A team with a
+    real need for more sets its pool's cap in the config."""
+
+    pending_leases_per_team: int | None = 1000
+    pending_gpus_per_team: int | None = None
+
+
+DEFAULT_QUEUE_CAPS = QueueCaps()
+
+
+def queue_full(caps: QueueCaps, gpus: int, pending_leases: int, pending_gpus: int) -> str | None:
+    """The cap (its key in `QueueCaps`) that a new lease of `gpus` GPUs would go over, its team
+    already having `pending_leases` pending in the pool, asking `pending_gpus` GPUs in all; None
+    when it fits. The lease-create service counts under the team's queue lock, in the statement
+    that writes the lease, which holds this rule's SQL twin (`allocation.services.queue_caps`);
+    waiting (grants, releases) lifts it."""
+    if caps.pending_leases_per_team is not None and pending_leases + 1 > caps.pending_leases_per_team:
+        return "pending_leases_per_team"
+    if caps.pending_gpus_per_team is not None and pending_gpus + gpus > caps.pending_gpus_per_team:
+        return "pending_gpus_per_team"
     return None
 
 

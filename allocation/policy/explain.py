@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from allocation.policy.codes import PendingCode
 from allocation.policy.matching import constraint_of, kind_eligible, model_alternatives, model_matches
 from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.types import RequestView, ReservationView
@@ -28,32 +29,34 @@ def _names(ids: Sequence[str]) -> str:
     return shown if len(ids) <= _MAX_NAMES else f"{shown} and {len(ids) - _MAX_NAMES} more"
 
 
-def no_match(req: RequestView, index: FreeIndex) -> str:
-    """Why no GPU of the pool could ever match: the first constraint that excludes them all."""
+def no_match(req: RequestView, index: FreeIndex) -> tuple[PendingCode, str]:
+    """Why no GPU of the pool could ever match: the first constraint that excludes them all, as
+    its code (`selector` when it is the selector, else `no_match`) and in words."""
     where = f"in pool {req.pool}"
     if not index.capacity:
-        return f"pool {req.pool} has no schedulable GPUs"
+        return PendingCode.NO_MATCH, f"pool {req.pool} has no schedulable GPUs"
     kinds = [index.kinds[k] for k in index.capacity]
     alternatives = model_alternatives(req.model)
     kinds = [k for k in kinds if model_matches(k, alternatives)]
     if not kinds:
-        return f"no GPU of model {req.model or 'any'} {where}"
+        return PendingCode.NO_MATCH, f"no GPU of model {req.model or 'any'} {where}"
     if not any(k.memory_mb >= req.min_memory_mb for k in kinds):
-        return f"no GPU{_of(req)} with at least {req.min_memory_mb} MB of memory {where}"
+        return PendingCode.NO_MATCH, f"no GPU{_of(req)} with at least {req.min_memory_mb} MB of memory {where}"
     steps = (
-        ((req.model, req.min_memory_mb, req.min_driver_version, "", "", ""),
+        ((req.model, req.min_memory_mb, req.min_driver_version, "", "", ""), PendingCode.NO_MATCH,
          f"no GPU{_of(req)} with driver >= {req.min_driver_version} {where}"),
         ((req.model, req.min_memory_mb, req.min_driver_version, req.min_cuda_version, "", ""),
-         f"no GPU{_of(req)} with CUDA >= {req.min_cuda_version} {where}"),
-        ((*constraint_of(req)[:5], ""),
+         PendingCode.NO_MATCH, f"no GPU{_of(req)} with CUDA >= {req.min_cuda_version} {where}"),
+        ((*constraint_of(req)[:5], ""), PendingCode.NO_MATCH,
          f"no host {where} can start a {req.workload} (no source of the pool runs one)"
          f"{_with(req)}"),
-        (constraint_of(req), f"no host {where} matches the selector {req.selector}{_with(req)}"),
+        (constraint_of(req), PendingCode.SELECTOR,
+         f"no host {where} matches the selector {req.selector}{_with(req)}"),
     )
-    for constraint, reason in steps:
+    for constraint, code, reason in steps:
         if not any(kind_eligible(k, constraint, k.shared_team or req.team) for k in kinds):
-            return reason
-    return f"every matching GPU {where} is time-sliced and reserved for another team"
+            return code, reason
+    return PendingCode.NO_MATCH, f"every matching GPU {where} is time-sliced and reserved for another team"
 
 
 def _with(req: RequestView) -> str:
@@ -99,6 +102,17 @@ def never_fits(req: RequestView, bound: int) -> str:
     memory = f" with ≥ {req.min_memory_mb} MB" if req.min_memory_mb else ""
     return (f"pool {req.pool} has at most {bound} GPUs{_of(req)}{memory} {where}; "
             f"{req.gpus} can never be granted")
+
+
+def queue_full(req: RequestView, cap: str, limit: int, pending: int) -> str:
+    """A new lease over its team's queue cap in the pool; `cap` is the key of
+    `pools[].queue_caps`, `pending` what the team's queue holds of it now."""
+    then = "; wait for some to be granted, or release some"
+    if cap == "pending_leases_per_team":
+        return (f"team {req.team} already has {pending} pending lease{'' if pending == 1 else 's'} in pool "
+                f"{req.pool}, its cap (queue_caps.{cap}: {limit}){then}")
+    return (f"team {req.team}'s pending leases in pool {req.pool} ask for {_gpus(pending)}; {req.gpus} more would "
+            f"go over its cap (queue_caps.{cap}: {limit}){then}")
 
 
 def no_model_to_reserve(view: ReservationView) -> str:

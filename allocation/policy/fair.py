@@ -36,6 +36,7 @@ from allocation.policy import (
     preemption_team,
     reservations,
 )
+from allocation.policy.codes import PendingCode
 from allocation.policy.fairshare import team_share
 from allocation.policy.gates import Refusal
 from allocation.policy.placement import FitMemo, Group, Placement
@@ -165,13 +166,13 @@ class _FairPass(PoolPass):
     # --- a team at its limit ---------------------------------------------------------------------
 
     def refused(self, req: RequestView, groups: tuple[Group, ...], refusal: Refusal) -> None:
-        if refusal.code != "at_limit" or not self._preempt_own_team(req, groups):
+        if refusal.code != PendingCode.AT_LIMIT or not self._preempt_own_team(req, groups):
             super().refused(req, groups, self._own_ending(req, refusal))
 
     def _own_ending(self, req: RequestView, refusal: Refusal) -> Refusal:
         """At its limit only until its own ending leases (preempted for it in an earlier pass,
         say) are gone: say so, or a user reads a limit that looks final."""
-        if refusal.code != "at_limit":
+        if refusal.code != PendingCode.AT_LIMIT:
             return refusal
         limit = self.gates.limits[req.team]
         leaving = self.quota.leaving[(req.team, self.name)]
@@ -201,7 +202,7 @@ class _FairPass(PoolPass):
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
         self.shares.clear()
         self.decisions.preemptions.extend(stops)
-        self.pending.add(req, explain.preempting_own_team(
+        self.pending.add(req, PendingCode.WAITING_PREEMPTION, explain.preempting_own_team(
             req, limit, [v.lease_id for v in chosen.victims], waiting))
         return True
 
@@ -236,8 +237,8 @@ class _FairPass(PoolPass):
         moved = self.fits.find(self.pool.index, req, groups, exclude)
         if moved is None:
             head = next(r.req for r in ahead if r.kinds & set(exclude))
-            self.pending.add(req, explain.behind(req, self.pending.position, head.lease_id,
-                                                 head.gpus))
+            self.pending.add(req, PendingCode.BEHIND_HIGHER_PRIORITY,
+                             explain.behind(req, self.pending.position, head.lease_id, head.gpus))
         return moved
 
     def _wait(self, req: RequestView, groups: Sequence[Group], order: Order,
@@ -251,12 +252,12 @@ class _FairPass(PoolPass):
                 backfill.realize(self.pool, res, self.now)
             ahead = backfill.heads_ahead(ahead, groups, order)
         if ahead:
-            self.pending.add(req, self.no_room.reason(self.pool, req, groups))
+            self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
             return
         if self._try_plan(req, groups, order):
             return
         self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
-        self.pending.add(req, self.no_room.reason(self.pool, req, groups))
+        self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
 
     def finish(self) -> None:
         """Fill in the estimated starts (when the snapshot asks for them): the heads' from
@@ -311,7 +312,7 @@ class _FairPass(PoolPass):
         stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
         self.shares.clear()  # the requester's and the victims' allocations changed
         self.decisions.preemptions.extend(stops)
-        self.pending.add(req, reason)
+        self.pending.add(req, _waiting_code(kind, chosen), reason)
         return True
 
     def _fair_share_phase(self, order: Order) -> bool:
@@ -328,3 +329,11 @@ class _FairPass(PoolPass):
         if chosen is None:
             self.plans.failed(shape, groups, req.gpus)
         return chosen
+
+
+def _waiting_code(kind: str, chosen: preemption.Plan) -> PendingCode:
+    """The code of a request a plan makes room for (its reason: `preemption.commit`'s): waiting
+    for leases ending anyway, or for the preemptions the plan started, by their cause."""
+    if not chosen.victims:
+        return PendingCode.WAITING_ENDING
+    return PendingCode.FAIR_SHARE if kind == "fair_share" else PendingCode.WAITING_PREEMPTION

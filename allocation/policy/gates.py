@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from allocation.policy import explain
+from allocation.policy.codes import PendingCode
 from allocation.policy.placement import FreeIndex, Group, capacity_bound
 from allocation.policy.quota import QuotaBook
 from allocation.policy.state import PassState, definitive
@@ -32,8 +33,10 @@ from allocation.policy.types import RequestView
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a gate keeps a request pending. `code` is stable (tests, metrics); `message` is the
-    reason the user reads (explain.py); `unsatisfiable`: waiting cannot help."""
+    """Why a gate keeps a request pending. `code` is stable: in a pass, a `PendingCode` (codes.py)
+    the lease stores and the API and metrics read; at creation (admission.py), the API error's
+    code. `message` is the reason the user reads (explain.py); `unsatisfiable`: waiting cannot
+    help."""
 
     code: str
     message: str
@@ -116,7 +119,7 @@ class GateContext:
 def asks_for_gpus(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
     """A request for no GPUs can never be granted."""
     if req.gpus <= 0:
-        return Refusal("no_gpus", explain.NO_GPUS, unsatisfiable=True)
+        return Refusal(PendingCode.NO_GPUS, explain.NO_GPUS, unsatisfiable=True)
     return None
 
 
@@ -125,7 +128,7 @@ def gpus_match(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     constraints (and, for time-sliced replicas, is not another team's). The reason names the
     first constraint that excludes them all."""
     if not groups:
-        return Refusal("no_match", explain.no_match(req, ctx.index), ctx.definitive)
+        return Refusal(*explain.no_match(req, ctx.index), ctx.definitive)
     return None
 
 
@@ -133,7 +136,7 @@ def fits_pool(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Re
     """The request is no larger than the matching GPUs of one host (same host) or of the pool,
     counting busy GPUs too."""
     if req.gpus > capacity_bound(groups, req.same_host):
-        return Refusal("too_big", explain.too_big(req, groups), ctx.definitive)
+        return Refusal(PendingCode.TOO_BIG, explain.too_big(req, groups), ctx.definitive)
     return None
 
 
@@ -146,10 +149,10 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     if limit is None:
         return None
     if exceeds_limit(req.gpus, limit):
-        return Refusal("over_limit", explain.over_limit(req, limit), unsatisfiable=True)
+        return Refusal(PendingCode.OVER_LIMIT, explain.over_limit(req, limit), unsatisfiable=True)
     holds = ctx.quota.holds(req.team, ctx.pool)
     if exceeds_limit(req.gpus, limit, holds):
-        return Refusal("at_limit", explain.at_limit(req, limit, holds))
+        return Refusal(PendingCode.AT_LIMIT, explain.at_limit(req, limit, holds))
     return None
 
 
@@ -190,7 +193,7 @@ def lending_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -
     holds, guaranteed = quota.holds(req.team, pool), lending.guaranteed.get(req.team, 0)
     borrows = holds + req.gpus - max(guaranteed, holds)
     may_lend = max(0, room - max(0, guaranteed - holds))  # its own idle guarantee is not lent
-    return Refusal("lending_limit", explain.lending_limit(req, borrows, guaranteed, may_lend, kept))
+    return Refusal(PendingCode.LENDING_LIMIT, explain.lending_limit(req, borrows, guaranteed, may_lend, kept))
 
 
 # In order: the first refusal is the reason the user reads, so a rule that cannot change by

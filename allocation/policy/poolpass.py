@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from allocation.policy import explain
+from allocation.policy.codes import PendingCode
 from allocation.policy.gates import GateContext, Refusal, admit
 from allocation.policy.placement import Exclusions, FitMemo, Group, Placement
 from allocation.policy.reservations import Holds
@@ -25,9 +26,9 @@ class PendingLog:
         self.items = items  # Decisions.pending, shared by every pool of the pass
         self.position = 0  # entries of this pool so far
 
-    def add(self, req: RequestView, reason: str, *, unsatisfiable: bool = False) -> None:
+    def add(self, req: RequestView, code: PendingCode, reason: str, *, unsatisfiable: bool = False) -> None:
         self.position += 1
-        self.items.append(Pending(req.lease_id, reason, self.position, None, unsatisfiable))
+        self.items.append(Pending(req.lease_id, code, reason, self.position, None, unsatisfiable))
 
 
 class NoRoomReasons:
@@ -81,7 +82,7 @@ class PoolPass:
         """A gate refused `req`: it stays pending with the gate's reason. A policy may first
         look for a way round a refusal that waiting alone would not lift (fair: a team at its
         limit preempting its own lower-priority leases)."""
-        self.pending.add(req, refusal.message, unsatisfiable=refusal.unsatisfiable)
+        self.pending.add(req, PendingCode(refusal.code), refusal.message, unsatisfiable=refusal.unsatisfiable)
 
     def clear_of_holds(self, req: RequestView, groups: Sequence[Group], placement: Placement,
                        exclude: Exclusions | None = None) -> Placement | None:
@@ -95,7 +96,7 @@ class PoolPass:
             exclude = holds.exclude(broken, exclude)
             found = self.fits.find(self.pool.index, req, groups, exclude)
             if found is None:
-                self.pending.add(req, holds.reason(req, broken))
+                self.pending.add(req, PendingCode.RESERVATION, holds.reason(req, broken))
                 return None
             placement, broken = found, holds.broken(req, found)
         return placement

@@ -194,7 +194,8 @@ class Preemption:
 @dataclass(frozen=True)
 class Pending:
     lease_id: str
-    reason: str
+    code: str  # why, as a stable code (codes.PendingCode)
+    reason: str  # why, in words (explain.py)
     queue_position: int
     estimated_start: float | None = None
     # True when no capacity of the pool could ever satisfy the request (even with every GPU

@@ -165,6 +165,14 @@ def pending_by_pool(pool_ids: Iterable[int] | None = None) -> dict[int, Pending]
         leases.values_list("pool_id").annotate(n=Count("pk"), g=Sum("gpu_count")).order_by())}
 
 
+def pending_by_code() -> dict[tuple[int, str], int]:
+    """(pool id, pending code) -> pending leases, in one grouped query; pairs with none are
+    absent. Summed over the codes, a pool's count is `pending_by_pool`'s."""
+    return {(pool_id, code): n for pool_id, code, n in (
+        Lease.objects.filter(state=LeaseState.PENDING).values_list("pool_id", "pending_code")
+        .annotate(n=Count("pk")).order_by())}
+
+
 class Held(NamedTuple):
     """GPUs a team holds in a pool now, and how many of them it borrows beyond its guarantee."""
 

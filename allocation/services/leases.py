@@ -15,11 +15,14 @@ from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from allocation.audit import audit
 from allocation.choices import END_STATES, BindingKind, LeaseState
 from allocation.lease_states import lease_end
-from allocation.models import Budget, Lease, PriorityClass, Quota, Team
+from allocation.models import Budget, Lease, PoolScheduling, PriorityClass, Quota, Team
 from allocation.outbox import change_of, outbox_cte, publish_after_commit
+from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
+from allocation.policy.codes import PendingCode
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
 from allocation.services.budgets import budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
+from allocation.services.queue_caps import QueueGuard, queue_guard, refused
 from allocation.triggers import request_pass, request_unbind
 from core.db import retry_on_deadlock
 from core.db.statements import compiled_values, execute_as_one, insert_sql
@@ -41,6 +44,7 @@ class _Resolved:
     priority_class: PriorityClass
     quota_limit: int | None  # the team's limit in the pool; None: no quota row or no limit
     has_budget: bool = False  # the team has some GPU-hour budget (then they judge the request)
+    queue_caps: QueueCaps = DEFAULT_QUEUE_CAPS  # the pool's caps on each team's queue
 
 
 def _no_pool(name: str) -> DomainError:
@@ -56,18 +60,25 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
     # order_by() in the subqueries: the models' default orderings would sort (Quota's even join)
     # what are lookups of one row by a unique key.
     quota = Quota.objects.filter(team_id=OuterRef("pk"), pool__name=pool_name).order_by()
+    scheduling = PoolScheduling.objects.filter(pool__name=pool_name).order_by()
     return teams.annotate(
         is_member=Exists(members.filter(team_id=OuterRef("pk"), user_id=user_id)),
         pool_pk=Subquery(Pool.objects.filter(name=pool_name).order_by().values("pk")[:1]),
         pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).order_by().values("pk")[:1]),
         quota_limit=Subquery(quota.values("limit")[:1]),
         has_budget=Exists(Budget.objects.filter(team_id=OuterRef("pk")).order_by()),
-    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget")[:2]
+        # No scheduling row: the default caps; a row's null: no cap.
+        has_caps=Exists(scheduling),
+        leases_cap=Subquery(scheduling.values("pending_leases_per_team")[:1]),
+        gpus_cap=Subquery(scheduling.values("pending_gpus_per_team")[:1]),
+    ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget",
+                              "has_caps", "leases_cap", "gpus_cap")[:2]
 
 
 def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
     """Pool, team (named, or the user's only one), membership, priority class (named, or
-    `default`) and the team's quota in the pool, in one query (compiled once per process).
+    `default`), the team's quota in the pool and the pool's queue caps, in one query (compiled
+    once per process).
     Errors may cost more queries."""
     pool_name = pool if isinstance(pool, str) else pool.name
     rows = compiled_values("lease_request", _resolve_query, user_id=user.pk, pool_name=pool_name,
@@ -90,8 +101,9 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
     else:
         pc, _ = PriorityClass.objects.get_or_create(name="default", defaults={"value": 0})
     pool_obj = Pool(pk=row["pool_pk"], name=pool_name) if isinstance(pool, str) else pool
+    caps = QueueCaps(row["leases_cap"], row["gpus_cap"]) if row["has_caps"] else DEFAULT_QUEUE_CAPS
     return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"]), priority_class=pc,
-                     quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]))
+                     quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]), queue_caps=caps)
 
 
 def _fingerprint(data: dict[str, Any]) -> str:
@@ -113,7 +125,10 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     what it names, one writes the lease and its audit event (the unique constraint on
     (user, Idempotency-Key) decides a replay, not a prior read); a third for a team with a
     GPU-hour budget, which may refuse the lease (Forbidden `budget_exhausted`) or give it the
-    lowest priority class, saying why in its reason (allocation.services.budgets.budget_judge)."""
+    lowest priority class, saying why in its reason (allocation.services.budgets.budget_judge).
+    The write admits the lease only while its team's queue in the pool is under the pool's
+    caps, atomically (allocation.services.queue_caps): over one it is QueueFull (429
+    `queue_full`)."""
     pool_name = pool if isinstance(pool, str) else pool.name
     request = {"pool": pool_name, "gpus": gpus, "team": team, "priority_class": priority_class,
                "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
@@ -149,34 +164,49 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                   same_host=same_host, selector=selector or {}, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
-                  request_fingerprint=fingerprint, reason=reason)
+                  request_fingerprint=fingerprint, reason=reason, pending_code=PendingCode.NEXT_PASS)
     event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
                   message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}"
                           + (f"; {note['demoted']['reason']}" if note else ""),
                   data={"request": request, **note})
-    if not _insert_lease(lease, event):
-        # Another request with this Idempotency-Key was first (now or earlier): answer with it.
+    guard = queue_guard(pool_id=resolved.pool.pk, team_id=resolved.team.pk, gpus=gpus, caps=resolved.queue_caps)
+    inserted, queue = _insert_lease(lease, event, guard)
+    if not inserted:
+        # Kept out by another request with this Idempotency-Key that was first (now or earlier:
+        # answer with its lease, even where the queue is full now), else by the queue's caps.
+        replay = _replay(user, idempotency_key, fingerprint) if idempotency_key else None
+        if replay is not None:
+            return replay, False
+        full = queue and refused(caps=resolved.queue_caps, team=resolved.team.name, pool=pool_name, gpus=gpus,
+                                 pending_leases=queue[0], pending_gpus=queue[1])
+        if full:
+            raise full
         # (Without a key the only unique constraint left is the random primary key.)
         assert idempotency_key, "a lease insert conflicted without an Idempotency-Key"
-        replay = _replay(user, idempotency_key, fingerprint)
-        if replay is None:  # it was deleted in between
-            raise Conflict("this Idempotency-Key was used with a different request body",
-                           code="idempotency_key_reused")
-        return replay, False
+        raise Conflict("this Idempotency-Key was used with a different request body",  # deleted in between
+                       code="idempotency_key_reused")
     publish_after_commit()
     transaction.on_commit(lambda: request_pass(resolved.pool.pk))
     return lease, True
 
 
-def _insert_lease(lease: Lease, event: Any) -> bool:
-    """Write the lease, its audit event and its outbox event, atomically. False when the (user,
-    Idempotency-Key) pair already has a lease: nothing is written then. One statement: the events
-    are inserted once per row the lease insert returns, so none on a conflict."""
-    rows = execute_as_one([("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
-                           ("event", insert_sql(event, source="new_lease")),
-                           outbox_cte(change_of(lease), source="new_lease")],
-                          ("SELECT id FROM new_lease", []))
-    return bool(rows)
+def _insert_lease(lease: Lease, event: Any, guard: QueueGuard | None) -> tuple[bool, tuple[int, int] | None]:
+    """Write the lease, its audit event and its outbox event, atomically; returns whether it was
+    written and, with a `guard`, the team's queue in the pool before it (pending leases, GPUs).
+    Nothing is written when the (user, Idempotency-Key) pair already has a lease, or when the
+    guard finds the queue at a cap. One statement: the events are inserted once per row the lease
+    insert returns, so none on a conflict; the guard's lock goes ahead of it in the same round
+    trip."""
+    ctes = [("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id")),
+            ("event", insert_sql(event, source="new_lease")),
+            outbox_cte(change_of(lease), source="new_lease")]
+    if guard is None:
+        return bool(execute_as_one(ctes, ("SELECT id FROM new_lease", []))), None
+    ctes[0] = ("new_lease", insert_sql(lease, ignore_conflicts=True, returning="id", source=guard.room))
+    rows = execute_as_one([*guard.ctes, *ctes], ("SELECT (SELECT id FROM new_lease), leases, gpus FROM queue", []),
+                          before=guard.lock)
+    lease_id, leases, gpus = rows[0]
+    return lease_id is not None, (int(leases), int(gpus))
 
 
 def _replay(user: Any, key: str, fingerprint: str) -> Lease | None:

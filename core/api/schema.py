@@ -33,7 +33,8 @@ _WRITES = {
     "409": "Conflicts with the object's state (e.g. renewing an ended lease, a reused Idempotency-Key).",
     "413": "Request body over the size limit (1 MiB).",
     "415": "Unsupported Content-Type; send application/json.",
-    "429": "Too many requests (lease creation is rate-limited per user); see Retry-After.",
+    "429": "Too many requests: `throttled` over the per-user lease rate (see Retry-After), or `queue_full` "
+           "when the team's queue in the pool is at a cap.",
 }
 
 

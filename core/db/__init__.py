@@ -27,6 +27,16 @@ SOURCE_LOCKS = 0x6773  # "gs": one discovery sync of a source at a time
 EVENT_LOCKS = 0x6765  # "ge": the relay of lease events (one publisher at a time, in order)
 BEAT_LOCKS = 0x6762  # "gb": the beat leader (core.beat_lock), a session lock: one beat sends at a time
 IDLE_LOCKS = 0x6769  # "gi": the check of allocated but idle GPUs (one at a time: it meters what it saw)
+QUEUE_LOCKS = 0x6771  # "gq": one team's queue in one pool (allocation.services.queue_caps): one creator at a time
+
+
+def advisory_key(namespace: int, key: int, second: int | None = None) -> int:
+    """The bigint key of an advisory lock on (`namespace`, `key`), or on (`namespace`, `key`,
+    `second`) with 24 bits each (two ids below 16,777,216; above that two objects may share a
+    lock, which only makes them wait for each other)."""
+    if second is None:
+        return (namespace << 48) | key
+    return (namespace << 48) | ((key & 0xFFFFFF) << 24) | (second & 0xFFFFFF)
 
 
 def advisory_xact_lock(namespace: int, key: int) -> datetime:
@@ -36,7 +46,7 @@ def advisory_xact_lock(namespace: int, key: int) -> datetime:
     Returns the database's clock once the lock is held (`db_now`), read in the same query, so a
     pass deciding by that clock pays no query for it."""
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [(namespace << 48) | key])
+        cur.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [advisory_key(namespace, key)])
         return cast(datetime, cur.fetchone()[1])
 
 

@@ -60,15 +60,20 @@ def update_sql(obj: models.Model) -> Statement:
     return f"UPDATE {_quote(meta.db_table)} SET {assignments} WHERE {_quote(pk.column)} = %s", params
 
 
-def execute_as_one(ctes: Sequence[tuple[str, Statement]], final: Statement = ("SELECT 1", [])) -> list[tuple[Any, ...]]:
+def execute_as_one(ctes: Sequence[tuple[str, Statement]], final: Statement = ("SELECT 1", []), *,
+                   before: Statement | None = None) -> list[tuple[Any, ...]]:
     """Run `WITH name AS (statement), … final` as one statement; returns the rows of `final`.
     Every CTE runs exactly once, to completion, whether `final` reads it or not; all of them see
-    the database as it was before the statement (a CTE reads another's rows only through RETURNING)."""
+    the database as it was before the statement (a CTE reads another's rows only through RETURNING).
+
+    `before`: a statement sent ahead of it in the same round trip and the same transaction
+    (`execute`), typically a lock: the statement then sees what was committed until the lock was
+    held, which a lock taken inside it would not (its snapshot is taken when it starts)."""
     parts = [f"{_quote(name)} AS ({sql})" for name, (sql, _) in ctes]
     params = [p for _, (_, ps) in ctes for p in ps] + list(final[1])
     sql = ("WITH " + ", ".join(parts) + " " if parts else "") + final[0]
     with connection.cursor() as cur:
-        execute(cur, sql, params)
+        execute(cur, sql, params, before=before)
         return list(cur.fetchall()) if cur.description else []
 
 
@@ -80,15 +85,20 @@ _sessions: weakref.WeakKeyDictionary[Any, tuple[dict[str, str], set[str]]] = wea
 _PLACEHOLDER = re.compile(r"%%|%s")
 
 
-def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
+def execute(cur: Any, sql: str, params: Sequence[Any], *, before: Statement | None = None) -> None:
     """cur.execute(sql, params), as a prepared statement (GPUPOOL["PREPARED_STATEMENTS"],
     default on): PostgreSQL then parses and plans it once per connection instead of every time,
     which is most of its cost for the small statements of the hot lease requests (~0.3 ms of
     ~0.35 ms for a lease read). The first use on a connection sends PREPARE and EXECUTE together
     (one round trip). Prepared statements live as long as the session: turn them off behind a
-    pooler in transaction mode (PgBouncer), which hands sessions around."""
+    pooler in transaction mode (PgBouncer), which hands sessions around.
+
+    `before` (a statement, unprepared) goes first in the same message: several statements in one
+    simple query run as one transaction (PostgreSQL's implicit transaction block, or the caller's
+    open one), each with its own snapshot; the rows are `sql`'s."""
+    head, head_params = (f"{before[0]}; ", list(before[1])) if before is not None else ("", [])
     if not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
-        cur.execute(sql, params)
+        cur.execute(head + sql, [*head_params, *params])
         return
     raw = connection.connection  # this thread's session (`connection` is a proxy shared by all)
     state = _sessions.get(raw)
@@ -100,7 +110,7 @@ def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
     args = f"({', '.join(['%s'] * len(params))})" if params else ""
     name = prepared.get(sql)
     if name is None and len(prepared) >= MAX_PREPARED:
-        cur.execute(sql, params)
+        cur.execute(head + sql, [*head_params, *params])
         return
     if name is None:
         name = f"gpupool_{hashlib.sha1(sql.encode()).hexdigest()[:16]}"
@@ -110,12 +120,12 @@ def execute(cur: Any, sql: str, params: Sequence[Any]) -> None:
             if cur.fetchone() is not None:
                 prepared[sql] = name
     if sql in prepared:
-        cur.execute(f"EXECUTE {name}{args}", params)
+        cur.execute(f"{head}EXECUTE {name}{args}", [*head_params, *params])
         return
     numbers = iter(range(1, len(params) + 1))
     body = _PLACEHOLDER.sub(lambda m: m.group() if m.group() == "%%" else f"${next(numbers)}", sql)
     try:
-        cur.execute(f"PREPARE {name} AS {body}; EXECUTE {name}{args}", params)
+        cur.execute(f"{head}PREPARE {name} AS {body}; EXECUTE {name}{args}", [*head_params, *params])
     except Exception:
         uncertain.add(sql)
         raise

@@ -55,10 +55,11 @@ def test_requeue_on_loss_puts_the_lease_back_and_the_next_pass_places_it_elsewhe
     Gpu.objects.filter(host__name=first_host).update(state="offline")
     counts = leases_reap()
     assert counts["lost"] == 1 and counts["requeued"] == 1
-    assert Lease.objects.get(pk=lease["id"]).state == "pending"
+    requeued = Lease.objects.get(pk=lease["id"])
+    assert (requeued.state, requeued.pending_code) == ("pending", "next_pass")
     run_pass()
     again = Lease.objects.get(pk=lease["id"])
-    assert again.state == "granted" and _host_of(lease["id"]) != first_host
+    assert again.state == "granted" and _host_of(lease["id"]) != first_host and again.pending_code == ""
     actions = list(again.audit_events.order_by("at", "id").values_list("action", flat=True))
     assert actions[-3:] == ["lease.lost", "lease.pending", "lease.granted"]
 

@@ -10,6 +10,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from allocation.engine import run_pass
+from allocation.policy.codes import PendingCode
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +31,11 @@ def test_the_contract_series_count_what_the_passes_did(fleet: Any, leases: Any) 
     got = _samples()
     assert got[("gpupool_team_gpus_held", (("pool", "gpus"), ("team", "a")))] == 6
     assert got[("gpupool_team_gpus_held", (("pool", "gpus"), ("team", "b")))] == 2
-    assert got[("gpupool_leases_pending", (("pool", "gpus"),))] == 1
+    # The queue by why it waits: summed over the codes, the pool's queue; every code has a series.
+    pending = {dict(labels)["code"]: value for (name, labels), value in got.items()
+               if name == "gpupool_leases_pending" and dict(labels)["pool"] == "gpus"}
+    assert sum(pending.values()) == 1 and pending["no_capacity"] == 1
+    assert set(pending) == {code.value for code in PendingCode}
     assert got[("gpupool_gpus", (("pool", "gpus"), ("state", "leased")))] == 8
     assert got[("gpupool_preemptions_total", (("cause", "priority"), ("pool", "gpus")))] == 2
     # Nine leases granted, each about an hour after its request (the fixture dates them an hour

@@ -1,5 +1,5 @@
 """`/metrics` exports every series whose labels are known in advance from the start, at 0 (every
-pool, team and pool, cause), as Prometheus' guidance asks; a drain's preemptions count with
+pool, team and pool, cause, pending code), as Prometheus' guidance asks; a drain's preemptions count with
 cause "drain"; allocated but idle GPUs show per pool and team. Read back through /metrics with
 Prometheus' own parser."""
 
@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from allocation.choices import ACTIVE_STATES, PREEMPTION_CAUSES
 from allocation.engine import run_pass
 from allocation.models import AuditEvent, Lease, LeaseGpu
+from allocation.policy.codes import PendingCode
 from allocation.policy.replay import CAUSES
 from inventory.choices import GpuState
 
@@ -39,7 +40,8 @@ def test_a_fleet_where_nothing_happened_yet_exports_every_known_series_at_zero(f
     fleet(hosts=1)
     got = _samples()
     pools, teams = ("gpus", "spare"), ("a", "b")
-    assert _series(got, "gpupool_leases_pending") == {(("pool", p),): 0 for p in pools}
+    assert _series(got, "gpupool_leases_pending") == {
+        (("code", c.value), ("pool", p)): 0 for p, c in product(pools, PendingCode)}
     assert _series(got, "gpupool_preemptions_total") == {
         (("cause", c), ("pool", p)): 0 for p, c in product(pools, PREEMPTION_CAUSES)}
     assert _series(got, "gpupool_team_gpus_held") == {(("pool", p), ("team", t)): 0 for p, t in product(pools, teams)}

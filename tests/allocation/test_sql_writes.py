@@ -166,3 +166,20 @@ def test_statements_are_prepared_once_per_connection_and_survive_a_failed_run(se
     assert second_sql.startswith("EXECUTE gpupool_") and "PREPARE" not in first_sql + second_sql
     settings.GPUPOOL = {**settings.GPUPOOL, "PREPARED_STATEMENTS": False}
     assert run(1) == ((10, "x"), "SELECT 10 / 1::int, 'x'::text")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+def test_a_statement_sent_before_runs_first_in_the_same_transaction(settings: Any, prepared: bool) -> None:
+    """`before` (a lock, for the queue caps) is held while the statement runs, and released with
+    the one implicit transaction of the round trip, prepared or not, first run or later."""
+    from core.db.statements import execute_as_one
+
+    settings.GPUPOOL = {**settings.GPUPOOL, "PREPARED_STATEMENTS": prepared}
+    held = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+            "AND granted AND %s::int > 0", [1])
+    lock = ("SELECT pg_advisory_xact_lock(%s)", [0x6771 << 48 | 42])
+    assert connection.get_autocommit()
+    for _ in range(2):
+        assert execute_as_one([], held, before=lock) == [(1,)]
+        assert execute_as_one([], held) == [(0,)]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -99,6 +100,24 @@ def test_queue_filters_and_sorts_and_its_poll_keeps_them(fleet: Any, client_for:
     assert lease is not None
     by_id, _ = _get(admin, f"/queue/?q={str(lease.pk)[:8]}")
     assert [row.pk for row in by_id.context["leases"]] == [lease.pk]
+
+
+def test_the_queue_filters_by_why_a_lease_waits(fleet: Any, client_for: Any) -> None:
+    admin = client_for(fleet["root"])
+    big = Pool.objects.get(name="big")
+    Lease.objects.create(team=Team.objects.get(name="a"), user=fleet["ann"], pool=big, gpu_count=9, ttl_seconds=600,
+                         priority_class=PriorityClass.objects.get(name="default"))  # no host has 9 GPUs
+    run_pass([big.pk])
+    by_code = dict(Lease.objects.filter(state="pending").values_list("pending_code").annotate(n=Count("pk")))
+    assert by_code["too_big"] == 1 and sum(by_code.values()) == 121 and "" not in by_code
+    too_big, html = _get(admin, "/queue/?pending_code=too_big")
+    assert [lease.gpu_count for lease in too_big.context["leases"]] == [9]
+    assert 'id="queue-pending_code"' in html and 'data-code="too_big"' in html
+    no_room, _ = _get(admin, "/queue/?pending_code=no_capacity")
+    assert no_room.context["page"].total == by_code.get("no_capacity", 0)
+    unknown, html = _get(admin, "/queue/?pending_code=bogus")
+    assert unknown.context["page"].total == 121  # not a choice: dropped, and said so on the page
+    assert "bogus" in html
 
 
 def test_a_member_sees_and_may_filter_only_their_teams(fleet: Any, client_for: Any) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from allocation.policy import gates
+from allocation.policy.codes import PendingCode
 from allocation.policy.fair import schedule as fair
 from allocation.policy.fifo import schedule as fifo
 from allocation.policy.gates import GateContext, Refusal, admit
@@ -103,15 +104,18 @@ def test_both_policies_keep_a_refused_request_pending_with_the_gate_reason(
 @POLICIES
 def test_a_new_rule_is_one_gate_in_the_list(policy: Callable[[Snapshot], Decisions],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real rule names its code in allocation.policy.codes.PendingCode (the enum cannot be
+    # extended here); the one it borrows stands in for it.
     def budget(request: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
         if request.team == "broke":
-            return Refusal("budget", f"team {request.team} has spent its GPU-hours")
+            return Refusal(PendingCode.LENDING_LIMIT, f"team {request.team} has spent its GPU-hours")
         return None
 
     monkeypatch.setattr(gates, "GATES", (*gates.GATES, budget))
     d = policy(snap(GPUS, [req("b", "broke", 1), req("r", "rich", 1)]))
     assert set(grants(d)) == {"r"}
     assert pendings(d)["b"].reason == "team broke has spent its GPU-hours"
+    assert pendings(d)["b"].code == "lending_limit"
     assert not pendings(d)["b"].unsatisfiable
 
 

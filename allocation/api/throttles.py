@@ -1,0 +1,44 @@
+"""The per-user rate of lease requests (`GPUPOOL_LEASE_RATE`, default `600/min`), one limit for
+every web process: a token bucket per user in Redis (core.ratelimit), failing open while Redis
+is down. Over it: 429 `throttled` with Retry-After, DRF's body and header as before."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle
+
+from allocation.events import redis_client
+from core.ratelimit import TokenBucket, parse_rate
+
+BUCKETS = TokenBucket(redis_client)
+KEY_PREFIX = "gpupool:rate"
+
+
+class LeaseCreateThrottle(BaseThrottle):
+    """Lease requests per user (`GPUPOOL_LEASE_RATE`: N/s, N/min, N/hour or N/day; a burst of N,
+    then N a period). The rate is read at request time, so an override of REST_FRAMEWORK in
+    tests or settings takes effect; a new rate starts new buckets."""
+
+    scope = "lease_create"
+
+    def __init__(self) -> None:
+        self._wait_s: float | None = None
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        if rate is None:
+            return True
+        capacity, period_s = parse_rate(str(rate))
+        user = request.user
+        who = f"user:{user.pk}" if user is not None and user.is_authenticated else f"ip:{self.get_ident(request)}"
+        taken = BUCKETS.take(f"{KEY_PREFIX}:{self.scope}:{capacity}/{period_s}:{who}", capacity=capacity,
+                             period_s=period_s)
+        self._wait_s = taken.wait_s
+        return taken.allowed
+
+    def wait(self) -> float | None:
+        """Seconds until the next request would be let through (DRF rounds it up for Retry-After)."""
+        return self._wait_s
