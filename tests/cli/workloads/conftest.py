@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -97,6 +98,17 @@ def web(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> 
     with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log",
                                                  GPUPOOL_AUTOSCHEDULE="0") as url:
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _no_workload_outlives_its_test(tmp_path: Path) -> Iterator[None]:
+    """The lab's processes run detached (setsid: each wrapper leads its own session and process
+    group, its pid in `<state>/leases/*/started`): a test that ends before its workload (a lost
+    lease's `sleep 300`, a preempted one's loop) would leave it running on the machine."""
+    yield
+    for started in (tmp_path / "state").glob("leases/*/started"):
+        with contextlib.suppress(ValueError, OSError):
+            os.killpg(int(started.read_text().split()[0]), signal.SIGKILL)
 
 
 @pytest.fixture
