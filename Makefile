@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml cli/pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet -e ./cli -e '.[test]'
+	@# A venv from before the client had a distribution of its own: uninstalling the old server
+	@# distribution took the `gpupool` script the client had just installed.
+	@test -x $(VENV)/bin/gpupool || $(VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall -e ./cli
 	@touch $@
 
 run: install
