@@ -241,17 +241,9 @@ class SshSession:
         seconds in all, then raises a transient AgentError. Non-zero exit is not an error."""
         import paramiko
 
-        if self._transport is None:
-            raise AgentError(f"session to {self.host.where} is not open")
         deadline = time.monotonic() + timeout
+        channel = self.start(script)
         try:
-            channel = self._transport.open_session(timeout=self.connect_timeout)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise AgentError(f"cannot open a session on {self.host.where}: {exc}") from None
-        try:
-            channel.exec_command("/bin/sh -s")
-            channel.sendall(script.encode("utf-8"))
-            channel.shutdown_write()
             stdout = self._read_all(channel, channel.recv, deadline)
             stderr = self._read_all(channel, channel.recv_stderr, deadline)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
