@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from allocation.choices import HOLDING_STATES, PENDING_CODES, BindingKind, LeaseState, ReservationState
+from allocation.choices import HOLDING_STATES, PENDING_CODES, BindingKind, LeaseState
 from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
@@ -375,49 +375,13 @@ class PoolScheduling(IdleReclaimFields):
         return {key: value for key, value in values.items() if value is not None}
 
 
-class Reservation(models.Model):
-    """An advance reservation: `gpus` GPUs of `model` (as a lease's `model`: "" any) in `pool`
-    kept for `team` over [start, end). Admitted under the pool's scheduling lock
-    (`allocation.services.reservations`); the policy holds the GPUs (allocation/policy/reservations.py)."""
-
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reservations")
-    gpus = models.PositiveIntegerField()
-    model = models.CharField(max_length=255, blank=True, default="")
-    start = models.DateTimeField()
-    end = models.DateTimeField()
-    state = models.CharField(max_length=16, choices=ReservationState.choices,
-                             default=ReservationState.ACTIVE)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
-                                   related_name="reservations")
-    created_at = models.DateTimeField(default=timezone.now)
-    cancelled_at = models.DateTimeField(null=True, blank=True)
-    cancelled_by = models.CharField(max_length=150, blank=True, default="")
-
-    class Meta:
-        ordering = ["start", "id"]
-        indexes = [models.Index(fields=["pool", "state", "end"])]
-        constraints = [
-            models.CheckConstraint(condition=Q(gpus__gte=1), name="reservation_gpus_positive"),
-            models.CheckConstraint(condition=Q(end__gt=F("start")), name="reservation_ends_after_start"),
-        ]
-
-    def __str__(self) -> str:
-        return f"reservation {self.pk}: {self.gpus} GPUs of {self.pool_id} for {self.team_id}"
-
-    def current_state(self, now: datetime | None = None) -> str:
-        """`ended` for an active reservation whose end has passed; else the stored state."""
-        if self.state == ReservationState.ACTIVE and self.end <= (now or timezone.now()):
-            return ReservationState.ENDED
-        return self.state
-
-
-# Metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
+# Reservations, metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
 # it), notifications (allocation.notify), users' shell keys, single sign-on's mapping and the passes
 # wanted while the broker was away (allocation.triggers) live in their own modules; imported here so
 # Django registers them.
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
+from allocation.models.reservations import Reservation  # noqa: E402, F401
 from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
 from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401
 from allocation.models.usage import Budget, IdleUsage, LeaseUsage, Price  # noqa: E402, F401
