@@ -28,21 +28,22 @@ def half_life_s() -> float:
 
 
 def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
-    """TeamView (weight, decayed usage) for every team, by name, in two queries (three without
+    """TeamView (weight, decayed usage, parent) for every team, by name, in two queries (three without
     `half_life`, the scheduler setting in seconds). Running leases count their active GPU links,
     summed per team and grant time (a pass grants many leases at one instant)."""
     h = half_life or half_life_s()
     t = now.timestamp()
-    teams = list(Team.objects.values_list("pk", "name", "weight", "ledger__closed_usage", "ledger__as_of"))
+    teams = list(Team.objects.values_list("pk", "name", "weight", "ledger__closed_usage", "ledger__as_of",
+                                          "parent__name"))
     usage: dict[int, float] = {pk: decay(closed, t - as_of.timestamp(), h)
-                               for pk, _, _, closed, as_of in teams if as_of is not None}
+                               for pk, _, _, closed, as_of, _ in teams if as_of is not None}
     running = (LeaseGpu.objects.filter(active=True, lease__granted_at__isnull=False,
                                        lease__ended_at__isnull=True)
                .values_list("lease__team_id", "lease__granted_at").annotate(n=Count("pk")).order_by())
     for team_id, granted, n in running:
         usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)
-    return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0))
-            for pk, name, weight, _, _ in teams}
+    return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0), parent=parent or "")
+            for pk, name, weight, _, _, parent in teams}
 
 
 def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:

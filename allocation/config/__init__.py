@@ -28,6 +28,7 @@ from allocation.config.specs import (
     TeamSpec,
 )
 from allocation.config.sso import check_sso
+from allocation.config.tree import tree_errors
 
 __all__ = ["POOL_SCHEDULER_KEYS", "TOP_KEYS", "Config", "ConfigError", "PoolSchedulerSpec", "PoolSpec",
            "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "SsoSpec", "TeamSpec", "load_config_file",
@@ -57,10 +58,28 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
             check(chk, path, item, seen, cfg)
     check_scheduler(chk, data.get("scheduler"), cfg)
     check_sso(chk, data.get("sso"), cfg)
+    if not chk.errors:
+        check_tree(chk, data, cfg)
 
     if chk.errors:
         raise ConfigError(chk.errors)
     return cfg
+
+
+def check_tree(chk: Checker, data: dict[str, Any], cfg: Config) -> None:
+    """The team tree's rules on the file alone, with positions: a parent the file does not
+    define may be in the database (`config_apply` checks it there)."""
+    where = {("team", item.get("name")): path for path, item in chk.entries(data, "teams")}
+    where.update({("quota", (item.get("team"), item.get("pool"))): path
+                  for path, item in chk.entries(data, "quotas")})
+    parents = {t.name: t.parent for t in cfg.teams}
+    outside = {t.parent for t in cfg.teams if t.parent is not None} - set(parents)
+    problems = tree_errors({**dict.fromkeys(outside), **parents}, {t.name for t in cfg.teams if t.members},
+                           {(q.team, q.pool): q.guaranteed for q in cfg.quotas})
+    for problem in problems:
+        kind = "quota" if problem.key == "guaranteed" else "team"
+        path = where.get((kind, problem.subject))
+        chk.error((*path, problem.key) if path is not None else ("teams",), problem.message)
 
 
 def load_config_file(path: str | Path) -> Config:

@@ -37,6 +37,7 @@ from allocation.config.apply_sso import (
     sso_members,
     sso_reference_errors,
 )
+from allocation.config.apply_tree import apply_parents, team_export, tree_reference_errors
 from allocation.config.idle import idle_reclaim_export
 from allocation.config.queue_caps import queue_caps_export
 from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
@@ -77,6 +78,7 @@ def _check_references(cfg: Config) -> None:
         if b.pool is not None and b.pool not in pools:
             errors.append(f"{b.label}: pool {b.pool!r} is not defined")
     errors += check_notification_teams(cfg, teams)
+    errors += tree_reference_errors(cfg)
     errors.extend(sso_reference_errors(cfg, teams))
     if errors:
         raise ConfigError(errors)
@@ -91,6 +93,7 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
     with transaction.atomic():
         pools = _apply_pools(cfg, changes)
         teams = _apply_teams(cfg, changes)
+        apply_parents(cfg, teams, changes)
         apply_sso(cfg, teams, changes)
         _apply_quotas(cfg, teams, pools, changes)
         _apply_priority_classes(cfg, changes)
@@ -292,12 +295,12 @@ def _prune(cfg: Config) -> list[str]:
 
 def config_export() -> dict[str, Any]:
     """The database's configuration in the same format `apply` reads (secrets left out)."""
-    teams = list(Team.objects.prefetch_related("members"))
+    teams = list(Team.objects.select_related("parent").prefetch_related("members"))
     from_sso = sso_members(t.pk for t in teams)  # the provider's to give, not the file's
     data: dict[str, Any] = {
         "pools": [_export_pool(p) for p in Pool.objects.select_related("scheduling")],
-        "teams": [{"name": t.name, "weight": t.weight,
-                   "members": sorted(u.username for u in t.members.all() if u.username not in from_sso.get(t.pk, ()))}
+        "teams": [team_export(t, sorted(u.username for u in t.members.all()
+                                        if u.username not in from_sso.get(t.pk, ())))
                   for t in teams],
         "quotas": [_quota_export(q) for q in Quota.objects.select_related("team", "pool")],
         "priority_classes": [_export_priority_class(c) for c in PriorityClass.objects.all()],

@@ -79,9 +79,12 @@ def _fair_share_preemption(chk: Checker, path: tuple[Any, ...],
 
 
 def _check_team(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:
-    if not chk.keys(path, item, {"name", "weight", "members"}, {"name"}):
+    if not chk.keys(path, item, {"name", "weight", "members", "parent"}, {"name"}):
         return
     name = chk.name((*path, "name"), item["name"], "team name")
+    parent = item.get("parent")
+    if parent is not None and chk.name((*path, "parent"), parent, "parent") is None:
+        return
     weight = chk.number((*path, "weight"), item.get("weight", 1), "weight")
     members = item.get("members", [])
     if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
@@ -89,7 +92,7 @@ def _check_team(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen:
         members = None
     if name and weight is not None and members is not None:
         chk.unique(path, seen, name, "team")
-        cfg.teams.append(TeamSpec(name, weight, tuple(members)))
+        cfg.teams.append(TeamSpec(name, weight, tuple(members), parent))
 
 
 def _check_quota(chk: Checker, path: tuple[Any, ...], item: dict[str, Any], seen: set[Any], cfg: Config) -> None:

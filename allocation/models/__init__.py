@@ -54,6 +54,10 @@ class Team(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     weight = models.FloatField(default=1.0, help_text="Fair-share weight.")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
+    # A department above it (any depth; members and leases belong to leaf teams). Kept cycle-free
+    # by the writes (config apply, the team API: `allocation.services.teams_tree`).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="children")
     # Not columns: set on the instances by the reads that list teams (API, admin).
     fair_share: float
     decayed_usage_gpu_hours: float
@@ -63,7 +67,8 @@ class Team(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.CheckConstraint(condition=Q(weight__gt=0), name="team_weight_positive")]
+        constraints = [models.CheckConstraint(condition=Q(weight__gt=0), name="team_weight_positive"),
+                       models.CheckConstraint(condition=~Q(parent=F("id")), name="team_not_own_parent")]
 
     def __str__(self) -> str:
         return self.name

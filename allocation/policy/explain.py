@@ -259,3 +259,15 @@ def reserved(req: RequestView, view: ReservationView, label: str, held: int, act
         return f"{what} until {_at(view.end)})"
     return (f"{what} from {_at(view.start)} to {_at(view.end)}); a lease that would still run "
             "at its start may not take them (one with a shorter ttl_seconds may)")
+
+
+def over_parent_limit(req: RequestView, node: str, limit: int) -> str:
+    """A request larger than the limit of a department above its team (tree.py)."""
+    return (f"asks for {_gpus(req.gpus)}, above the limit {limit} of team {req.team}'s "
+            f"department {node} in pool {req.pool}")
+
+
+def at_parent_limit(req: RequestView, node: str, limit: int, holds: int) -> str:
+    """A department above the request's team holds (or awaits) its whole limit."""
+    return (f"department {node} (of team {req.team}) at its limit {limit} in pool {req.pool} "
+            f"(its teams hold or await {holds}, asks for {req.gpus})")

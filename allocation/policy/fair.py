@@ -47,12 +47,13 @@ from allocation.policy.types import Decisions, RequestView, Snapshot
 Order = backfill.Order  # (tier, -priority)
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
+def schedule(snapshot: Snapshot, *, force_tree: bool = False) -> Decisions:
     """Decide one pass. Every pending request ends up in exactly one of `grants` or `pending`;
     `preemptions` name running leases to stop (their requesters stay pending until a later pass
-    finds the GPUs free). Deterministic for a given snapshot."""
+    finds the GPUs free). Deterministic for a given snapshot. `force_tree`: take the team-tree
+    code path on a flat snapshot too (tests: it must decide the same)."""
     by_pool = pending_by_pool(snapshot)
-    state = build_pass(snapshot, set(by_pool))
+    state = build_pass(snapshot, set(by_pool), force_tree=force_tree)
     decisions = Decisions()
     for pool_name in sorted(by_pool):
         pool_pass = _FairPass(state, pool_name, decisions)
@@ -71,7 +72,11 @@ class _FairPass(PoolPass):
         self.reservations: list[backfill.Reservation] = []
         self.plans = FitMemo()  # shapes no preemption plan could make fit
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
-        self.tier = 0  # the phase being drained (0: within guarantees, 1: borrowing)
+        self.tree = state.quota.tree
+        # Phases: 0 within guarantees; flat, 1 borrowing; with a tree, 1 .. top-1 borrowing
+        # within a department's guarantee (the most local first), top beyond every guarantee.
+        self.top = 1 if self.tree is None else self.tree.top
+        self.tier = 0  # the phase being drained
         # Within-team plans that failed, per (team, priority, shape, constraints): the (GPUs to
         # free for the limit, GPUs asked) pairs. Free GPUs and victims only shrink in a pass, so
         # a plan needing as much or more fails too.
@@ -87,12 +92,29 @@ class _FairPass(PoolPass):
             view = self.snapshot.teams.get(team)
             weight = view.weight if view is not None else 1.0
             usage = view.decayed_usage if view is not None else 0.0
+            if self.tree is not None:  # a department's usage is its subtree's
+                usage = self.tree.usage.get(team, usage)
             share = self.shares[team] = team_share(usage, self.quota.committed(team, self.name),
                                                    weight, self.snapshot.half_life_s)
         return share
 
+    def _share_key(self, team: str) -> float | tuple[float, ...]:
+        """The fair-share part of a team's key. Flat: its share. With a tree (Slurm Fair Tree's
+        order): the shares of its ancestors from the root down, then its own, so siblings
+        compare by their own shares only once their departments tie."""
+        if self.tree is None:
+            return self._share(team)
+        return (*(self._share(n) for n in reversed(self.tree.ancestors(team))), self._share(team))
+
+    def _changed(self, team: str) -> None:
+        """`team`'s allocation changed: its share (and its departments') must be worked out again."""
+        self.shares.pop(team, None)
+        if self.tree is not None:
+            for node in self.tree.ancestors(team):
+                self.shares.pop(node, None)
+
     def _tier(self, req: RequestView) -> int:
-        return 0 if self.quota.within_guarantee(req.team, self.name, req.gpus) else 1
+        return self.quota.tier(req.team, self.name, req.gpus)
 
     def run(self, requests: Sequence[RequestView]) -> None:
         queues: dict[str, list[RequestView]] = defaultdict(list)
@@ -103,25 +125,39 @@ class _FairPass(PoolPass):
             queue.sort(key=queue_order, reverse=True)  # pop() from the end is the head
         if self.holds is not None:
             self._reserved_first(queues)
-        deferred: dict[str, list[RequestView]] = defaultdict(list)
-        self._drain(queues, deferred)  # tier 0: requests within their team's guarantee
-        for queue in deferred.values():
-            queue.reverse()
-        self._drain(deferred, None)  # tier 1: borrowing requests, by priority and fair share
+        # Tier 0: requests within their team's guarantee; then borrowing ones, by priority and
+        # fair share (with a tree: within a department's guarantee first, the most local first).
+        for tier in range(self.top + 1):
+            deferred: dict[str, list[RequestView]] | None = (
+                defaultdict(list) if tier < self.top else None)
+            self._drain(queues, deferred, tier)
+            if deferred is None:
+                break
+            for queue in deferred.values():
+                queue.reverse()
+            queues = deferred
 
     def _drain(self, queues: dict[str, list[RequestView]],
-               deferred: dict[str, list[RequestView]] | None) -> None:
-        """Serve the queues, team by team in fair-share order. In the guaranteed phase
-        (`deferred` given), a request that would borrow is set aside for the borrowing phase;
-        a team's own order (priority, age) holds within each phase."""
-        tier = self.tier = 0 if deferred is not None else 1
+               deferred: dict[str, list[RequestView]] | None, tier: int) -> None:
+        """Serve the queues, team by team in fair-share order. In a phase before the last
+        (`deferred` given), a request that would borrow beyond this phase is set aside for a
+        later one; a team's own order (priority, age) holds within each phase. With a tree, a
+        team's key is checked again when it comes out (its departments' shares move with their
+        other teams' grants) and it goes back if it got worse."""
+        self.tier = tier
         heap = [self._key(queue[-1]) for queue in queues.values() if queue]
         heapq.heapify(heap)
         while heap:
-            team = heapq.heappop(heap)[-1]
+            key = heapq.heappop(heap)
+            team = key[-1]
             queue = queues[team]
+            if self.tree is not None and heap:
+                fresh = self._key(queue[-1])
+                if fresh > key and fresh > heap[0]:
+                    heapq.heappush(heap, fresh)
+                    continue
             req = queue.pop()
-            if deferred is not None and self._tier(req) == 1:
+            if deferred is not None and self._tier(req) > tier:
                 deferred[team].append(req)
             else:
                 groups = self.admitted(req)
@@ -160,8 +196,8 @@ class _FairPass(PoolPass):
         self._grant(req, placement)
         return True
 
-    def _key(self, req: RequestView) -> tuple[int, float, float, str, str]:
-        return (-req.priority, self._share(req.team), req.created_at, req.lease_id, req.team)
+    def _key(self, req: RequestView) -> tuple[int, float | tuple[float, ...], float, str, str]:
+        return (-req.priority, self._share_key(req.team), req.created_at, req.lease_id, req.team)
 
     # --- a team at its limit ---------------------------------------------------------------------
 
@@ -174,9 +210,9 @@ class _FairPass(PoolPass):
         say) are gone: say so, or a user reads a limit that looks final."""
         if refusal.code != PendingCode.AT_LIMIT:
             return refusal
-        limit = self.gates.limits[req.team]
+        limit = self.gates.limits.get(req.team)
         leaving = self.quota.leaving[(req.team, self.name)]
-        if leaving <= 0 or self.quota.committed(req.team, self.name) + req.gpus > limit:
+        if limit is None or leaving <= 0 or self.quota.committed(req.team, self.name) + req.gpus > limit:
             return refusal
         return replace(refusal, message=explain.at_limit_until_ending(refusal.message, leaving))
 
@@ -186,7 +222,9 @@ class _FairPass(PoolPass):
         granted, is within its limit, and that the request fits. False (the gate's reason
         stands) when its own ending leases already make room under the limit, a backfill head
         ahead waits for these GPUs, or no such set exists."""
-        limit = self.gates.limits[req.team]
+        limit = self.gates.limits.get(req.team)
+        if limit is None:  # at a department's limit (tree): its other teams' leases are not its own
+            return False
         need = self.quota.committed(req.team, self.name) + req.gpus - limit
         if need <= 0 or backfill.heads_ahead(self.reservations, groups, (self.tier, -req.priority)):
             return False
@@ -273,7 +311,7 @@ class _FairPass(PoolPass):
 
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)
-        self.shares.pop(req.team, None)
+        self._changed(req.team)
         blocks: dict[tuple[str, int], int] = {}
         for host, kid, count in placement.blocks:
             blocks[(host, kid)] = blocks.get((host, kid), 0) + count
@@ -291,14 +329,14 @@ class _FairPass(PoolPass):
         return (id(groups), req.same_host, (req.team, req.priority, reclaim))
 
     def _plan_possible(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
-        reclaim = order[0] == 0
+        reclaim = order[0] < self.top
         return (not self.plans.hopeless(self._plan_shape(req, groups, reclaim), req.gpus)
                 and preemption.possible(self.pool, self.quota, req, groups, reclaim))
 
     def _try_plan(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority; failing
         that, in the borrowing phase, preempt for fair share where the pool allows it."""
-        reclaim = order[0] == 0
+        reclaim = order[0] < self.top
         kind = "reclaim" if reclaim else "priority"
         chosen = None
         if self._plan_possible(req, groups, order):
@@ -316,7 +354,7 @@ class _FairPass(PoolPass):
         return True
 
     def _fair_share_phase(self, order: Order) -> bool:
-        return self.fair_share and order[0] == 1
+        return self.fair_share and order[0] == self.top
 
     def _fair_share_plan(self, req: RequestView, groups: Sequence[Group]) -> preemption.Plan | None:
         """A fair-share preemption for a borrowing request; shapes that found none are

@@ -17,10 +17,11 @@ from allocation.policy.state import build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
-    """Decide one pass; every pending request ends up in `grants` or `pending`."""
+def schedule(snapshot: Snapshot, *, force_tree: bool = False) -> Decisions:
+    """Decide one pass; every pending request ends up in `grants` or `pending`. `force_tree`:
+    the team-tree code path on a flat snapshot too (tests: it must decide the same)."""
     by_pool = pending_by_pool(snapshot)
-    state = build_pass(snapshot, set(by_pool))
+    state = build_pass(snapshot, set(by_pool), force_tree=force_tree)
     decisions = Decisions()
     for name in sorted(by_pool):
         _FifoPass(state, name, decisions).run(by_pool[name])

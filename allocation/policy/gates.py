@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from allocation.policy import explain
 from allocation.policy.codes import PendingCode
+from allocation.policy.gates_tree import TreeLending, TreeLimits, capacity_quota
 from allocation.policy.placement import FreeIndex, Group, capacity_bound
 from allocation.policy.quota import QuotaBook
 from allocation.policy.state import PassState, definitive
@@ -67,6 +68,7 @@ class Lending:
     # The most the teams could ever keep back, Σ (guaranteed - lending limit): a request that
     # fits in what nobody holds less this passes without looking at who keeps what.
     kept_most: int = 0
+    tree: TreeLending | None = None  # with a team tree: lending limits at each level
 
     @classmethod
     def of(cls, state: PassState, pool: str) -> Lending | None:
@@ -82,8 +84,12 @@ class Lending:
         book = state.quota
         keys = {(team, pool) for team in guaranteed}
         keys.update(key for key in (*book.held, *book.promised) if key[1] == pool)
-        return cls(max(capacity, sum(guaranteed.values())), guaranteed, unlent, sorted(keys), keys,
-                   sum(g - limit for _, g, limit in unlent))
+        tree = book.tree
+        if tree is not None:  # a department's counts are its teams': count the teams only
+            keys = {key for key in keys if not tree.is_parent(key[0])}
+        return cls(max(capacity, capacity_quota(tree, in_pool)), guaranteed, unlent, sorted(keys),
+                   keys, sum(g - limit for _, g, limit in unlent),
+                   None if tree is None else TreeLending.of(tree, pool, in_pool))
 
     def join(self, key: tuple[str, str]) -> None:
         if key not in self.counted:
@@ -108,12 +114,15 @@ class GateContext:
     definitive: bool
     limits: Mapping[str, int]  # team -> its limit in this pool; teams without one are absent
     lending: Lending | None = None  # None: every team of the pool lends all its guarantee
+    tree_limits: TreeLimits | None = None  # with a team tree: the limits up each team's chain
 
     @classmethod
     def of(cls, state: PassState, pool: str) -> GateContext:
         pool_state = state.pool(pool)
-        return cls(pool, pool_state.index, state.quota, definitive(pool_state),
-                   state.quota.limits_in(pool), Lending.of(state, pool))
+        limits = state.quota.limits_in(pool)
+        tree = state.quota.tree
+        return cls(pool, pool_state.index, state.quota, definitive(pool_state), limits,
+                   Lending.of(state, pool), None if tree is None else TreeLimits(tree, limits))
 
 
 def asks_for_gpus(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> Refusal | None:
@@ -144,7 +153,10 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     """The team's limit in the pool: a request above it can never be granted; one that would
     take the team above it (counting ending leases, which still hold their GPUs, and GPUs
     promised to it in this pass) waits. On `at_limit` the fair policy may still preempt the
-    team's own lower-priority leases for it (`PoolPass.refused`, `preemption_team.plan_within_team`)."""
+    team's own lower-priority leases for it (`PoolPass.refused`, `preemption_team.plan_within_team`).
+    With a team tree, each department above the team caps what its teams hold together."""
+    if ctx.tree_limits is not None:
+        return _tree_limits(req, ctx, ctx.tree_limits)
     limit = ctx.limits.get(req.team)
     if limit is None:
         return None
@@ -153,6 +165,23 @@ def team_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -> R
     holds = ctx.quota.holds(req.team, ctx.pool)
     if exceeds_limit(req.gpus, limit, holds):
         return Refusal(PendingCode.AT_LIMIT, explain.at_limit(req, limit, holds))
+    return None
+
+
+def _tree_limits(req: RequestView, ctx: GateContext, limits: TreeLimits) -> Refusal | None:
+    """`team_limit` up the tree: the team's own limit, then each ancestor's (rolled-up holds)."""
+    chain = limits.of(req.team)
+    for node, limit in chain:
+        if exceeds_limit(req.gpus, limit):
+            message = (explain.over_limit(req, limit) if node == req.team
+                       else explain.over_parent_limit(req, node, limit))
+            return Refusal(PendingCode.OVER_LIMIT, message, unsatisfiable=True)
+    for node, limit in chain:
+        holds = ctx.quota.holds(node, ctx.pool)
+        if exceeds_limit(req.gpus, limit, holds):
+            message = (explain.at_limit(req, limit, holds) if node == req.team
+                       else explain.at_parent_limit(req, node, limit, holds))
+            return Refusal(PendingCode.AT_LIMIT, message)
     return None
 
 
@@ -182,9 +211,12 @@ def lending_limit(req: RequestView, groups: Sequence[Group], ctx: GateContext) -
     if req.gpus <= free - lending.kept_most or quota.within_guarantee(req.team, pool, req.gpus):
         return None
     held, promised = quota.held, quota.promised
-    kept = [(key[0], guaranteed - limit - holds, guaranteed, limit)
-            for key, guaranteed, limit in lending.unlent
-            if key[0] != req.team and (holds := held[key] + promised[key]) < guaranteed - limit]
+    if lending.tree is not None:
+        kept = lending.tree.kept_from(req.team, quota)
+    else:
+        kept = [(key[0], guaranteed - limit - holds, guaranteed, limit)
+                for key, guaranteed, limit in lending.unlent
+                if key[0] != req.team and (holds := held[key] + promised[key]) < guaranteed - limit]
     if not kept:
         return None
     room = free - sum(k[1] for k in kept)

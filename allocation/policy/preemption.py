@@ -49,14 +49,44 @@ class Plan:
 class Budget:
     """What one search may take from each other team: never below the team's own guarantee
     (`QuotaBook.reclaimable`). The requester's own leases are not limited here. A fresh budget
-    per search (per host for same-host searches)."""
+    per search (per host for same-host searches).
+
+    With a team tree, never below the guarantee of any of the victim team's ancestors that is
+    not also the requester's (a department keeps its guarantee against outsiders; within the
+    common ancestor it is the same pot), and a request that reclaims a department's guarantee
+    rather than its team's own (`QuotaBook.tier` above 0) takes only from outside that
+    department: inside it, its siblings share that guarantee with it."""
 
     def __init__(self, quota: QuotaBook, req: RequestView) -> None:
         self.quota, self.req = quota, req
-        self.taken: dict[str, int] = defaultdict(int)  # team -> GPUs taken by this search
+        self.taken: dict[str, int] = defaultdict(int)  # team (or node) -> GPUs taken by this search
+        self.scope: str | None = None  # with a tree: victims only outside this node's subtree
+        self.mine: frozenset[str] = frozenset()
+        if quota.tree is not None:
+            self.mine = frozenset((req.team, *quota.tree.ancestors(req.team)))
+            if not quota.within_guarantee(req.team, req.pool, req.gpus):
+                self.scope = next((n for n in quota.tree.ancestors(req.team)
+                                   if quota.within_guarantee(n, req.pool, req.gpus)), None)
+
+    def _nodes(self, team: str) -> tuple[str, ...]:
+        """The victim team and its ancestors below the common ancestor with the requester."""
+        tree = self.quota.tree
+        if tree is None:
+            return (team,)
+        nodes = [team]
+        for node in tree.ancestors(team):
+            if node in self.mine:
+                break
+            nodes.append(node)
+        return tuple(nodes)
 
     def allows(self, lease: RunningLease) -> bool:
-        return self.quota.reclaimable(lease.team, self.req.pool) - self.taken[lease.team] >= lease.gpus
+        if self.scope is not None and self.quota.tree is not None \
+                and not self.quota.tree.outside(lease.team, self.scope):
+            return False
+        pool = self.req.pool
+        return all(self.quota.reclaimable(node, pool) - self.taken[node] >= lease.gpus
+                   for node in self._nodes(lease.team))
 
     def take(self, lease: RunningLease) -> bool:
         """Count `lease` as a victim if the rules allow it; whether they did."""
@@ -64,7 +94,8 @@ class Budget:
             return True
         if not self.allows(lease):
             return False
-        self.taken[lease.team] += lease.gpus
+        for node in self._nodes(lease.team):
+            self.taken[node] += lease.gpus
         return True
 
 
@@ -115,9 +146,19 @@ def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[G
     if pool.victim_order is None:
         pool.victim_order = sorted(pool.leases, key=victim_order)
     order = pool.victim_order
+    tree = quota.tree
+    klass = _victim_class
+    if tree is not None and reclaim:
+        # Reclaim takes from the borrowers farthest in the tree first (another department's
+        # before a sibling's); victim order within each distance.
+        distance = {team: tree.distance(req.team, team) for team in {v.team for v in order}}
+        order = sorted(order, key=lambda v: -distance[v.team])
+
+        def klass(lease: RunningLease) -> tuple[object, ...]:
+            return (-distance[lease.team], lease.borrowed, lease.priority)
     return search(pool, quota, req, groups, Rule(
         lambda: (v for v in order if admissible(v, req, reclaim, now, pool.stopped)),
-        Budget, _victim_class))
+        Budget, klass))
 
 
 def _victim_class(lease: RunningLease) -> tuple[object, ...]:
@@ -296,7 +337,7 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
     preemptions = []
     for victim in chosen.victims:
         pool.stopped.add(victim.lease_id)
-        quota.leaving[(victim.team, pool.name)] += victim.gpus
+        quota.add(quota.leaving, victim.team, pool.name, victim.gpus)
         pool.add_ending(victim)
         same_team = victim.team == req.team
         real_kind = "priority" if same_team else kind
@@ -317,7 +358,7 @@ def commit(pool: PoolState, quota: QuotaBook, req: RequestView, chosen: Plan,
         pool.claims.claim(held_ids, req.team)
     waiting = req.gpus - len(held_ids)
     pool.claim_ending(chosen.host, group, waiting)
-    quota.promised[(req.team, req.pool)] += req.gpus
+    quota.add(quota.promised, req.team, req.pool, req.gpus)
     if chosen.victims:
         reason = explain.waiting_for_preemption(waiting, [v.lease_id for v in chosen.victims],
                                                 fair_share=kind == "fair_share")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from allocation.policy.fairshare import entitled_allocation, ledger_update
-from allocation.policy.measures import jain, percentile
+from allocation.policy.measures import jain, jain_by_level, percentile
 from allocation.policy.replay_idle import IdleReplay
 from allocation.policy.types import (
     Decisions,
@@ -90,12 +90,14 @@ class Replay:
                  policy: Callable[[Snapshot], Decisions],
                  placement: Mapping[int, tuple[str, bool]], restart: bool = False, *,
                  pools: Mapping[str, PoolView] | None = None,
-                 extras: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+                 extras: Mapping[int, Mapping[str, Any]] | None = None,
+                 parents: Mapping[str, str] | None = None) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_s, j.index))
         self.fleet, self.quotas, self.classes = fleet, quotas, classes
         self.half_life_s, self.policy, self.placement = half_life_s, policy, placement
         self.restart = restart  # preempted jobs restart from scratch (else resume)
         self.extras = extras or {}
+        self.parents = dict(parents or {})  # the team tree: team -> parent
         self.work = {j.index: j.duration_s for j in self.jobs}
         self.weights = {**{j.team: 1.0 for j in self.jobs}, **teams}
         self.capacity: dict[str, int] = defaultdict(int)
@@ -222,7 +224,7 @@ class Replay:
 
     def _pass(self, t: float) -> None:
         self.passes += 1
-        teams = {name: TeamView(name, w, self.usage.get(name, 0.0))
+        teams = {name: TeamView(name, w, self.usage.get(name, 0.0), self.parents.get(name, ""))
                  for name, w in self.weights.items()}
         decisions = self.policy(Snapshot(t, self.fleet, teams, self.quotas,
                                          tuple(self.running.values()),
@@ -372,7 +374,11 @@ class Replay:
         cap_s = self.contended_capacity_s
         ratios = [self.achieved[t] / self.entitled[t] for t in self.weights
                   if self.entitled[t] > 1e-9]
+        by_level = {} if not self.parents else {
+            "jain_index_by_level": jain_by_level(self.achieved, self.entitled, self.parents,
+                                                 [t for t in self.weights if self.entitled[t] > 1e-9])}
         return {
+            **by_level,
             "jobs": len(self.jobs),
             "makespan_s": round(makespan, 3),
             "utilization": round(self.allocated_s / (capacity * makespan), 4)

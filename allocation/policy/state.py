@@ -16,6 +16,7 @@ from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
 from allocation.policy.running import RunningTotals
 from allocation.policy.timeslice import ReplicaClaims, claims_for
+from allocation.policy.tree import Tree
 from allocation.policy.types import RequestView, RunningView, Snapshot
 
 
@@ -287,17 +288,19 @@ def pending_by_pool(snapshot: Snapshot) -> dict[str, list[RequestView]]:
     return by_pool
 
 
-def build_pass(snapshot: Snapshot, pools_needed: set[str]) -> PassState:
-    """Index the snapshot: the quota book (every pool) and, for each of `pools_needed` (the
-    pools with pending requests), the free GPUs and the running leases."""
+def build_pass(snapshot: Snapshot, pools_needed: set[str], *, force_tree: bool = False) -> PassState:
+    """Index the snapshot: the quota book (every pool; with the team tree when a team names a
+    parent, or `force_tree`) and, for each of `pools_needed` (the pools with pending requests),
+    the free GPUs and the running leases."""
     layout = layout_of(snapshot.gpus)
     kinds = list(layout.kinds)
-    quota = QuotaBook(snapshot.quotas)
+    quota = QuotaBook(snapshot.quotas, Tree.of(snapshot.teams, force=force_tree))
     # The memoised totals and free-GPU base are shared by every pass over this GPU tuple:
     # one pass at a time brings them up to date and copies what it will change.
     with layout.lock:
         counted = layout.running.update(snapshot.running)
         held = _count_running(quota, layout.running if counted else None, snapshot.running)
+        quota.roll_up()
         pools: dict[str, PoolState] = {}
         for name in sorted(pools_needed):
             if name in layout.pools:

@@ -53,6 +53,8 @@ class TeamView:
     weight: float = 1.0
     # Exponentially decayed GPU-seconds used so far (fair-share ledger), at snapshot time.
     decayed_usage: float = 0.0
+    # The parent team (a department, tree.py); "" for a root. Leases belong to leaf teams.
+    parent: str = ""
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,7 @@ class SimConfig:
     half_life_s: float
     pools: dict[str, PoolView] = field(default_factory=dict)
     gpu_sources: dict[int, str] = field(default_factory=dict)  # GPU id -> its source's name
+    parents: dict[str, str] = field(default_factory=dict)  # team -> its parent (the team tree)
 
 
 def pool_views(pools: Sequence[Mapping[str, Any]],
@@ -229,8 +230,9 @@ def sim_config_from_dict(data: Mapping[str, Any]) -> SimConfig:
     scheduler = data.get("scheduler") or {}
     hours = float(scheduler.get("fair_share_half_life_hours", 168))
     gpus, sources = config_fleet(data)
+    parents = {t["name"]: t["parent"] for t in data.get("teams") or [] if t.get("parent")}
     return SimConfig(gpus, teams, quotas, classes, hours * 3600.0,
-                     pool_views(data.get("pools") or [], scheduler), sources)
+                     pool_views(data.get("pools") or [], scheduler), sources, parents)
 
 
 def load_sim_config(path: str | Path) -> SimConfig:
@@ -246,7 +248,8 @@ def load_sim_config(path: str | Path) -> SimConfig:
                      {c.name: c for c in cfg.priority_classes}, hours * 3600.0,
                      # The parsed specs as the file's mappings: one reader of pool settings.
                      pool_views([asdict(p) for p in cfg.pools],
-                                asdict(cfg.scheduler) if cfg.scheduler else {}), gpu_sources)
+                                asdict(cfg.scheduler) if cfg.scheduler else {}), gpu_sources,
+                     {t.name: t.parent for t in cfg.teams if t.parent})
 
 
 # --- the Alibaba GPU trace (cluster-trace-gpu-v2023) ---------------------------------------------
@@ -354,10 +357,12 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
              priority_classes: Mapping[str, PriorityClassView], half_life_s: float = 168 * 3600.0,
              policy_name: str = "fair", *, restart: bool = False,
              pools: Mapping[str, PoolView] | None = None,
-             gpu_sources: Mapping[int, str] | None = None) -> dict[str, Any]:
+             gpu_sources: Mapping[int, str] | None = None,
+             parents: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Replay `jobs` on `fleet` through policy `policy_name`; returns the CONTRACT's metrics.
     `pools`: the pools' settings (`pool_views`); a pool left out has the defaults.
     `gpu_sources`: each GPU's source name, for jobs steered to a source (`Job.source`).
+    `parents`: the team tree (team -> parent); the result then has `jain_index_by_level`.
     Raises TraceError for a job naming an unknown priority class or source, RuntimeError if
     the policy ever grants a GPU twice or preempts an ending lease."""
     known = set(priority_classes) | {""}
@@ -371,7 +376,7 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
     extras = {j.index: extra for j in jobs if (extra := request_extras(j))}
     replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
                     get_policy(policy_name), _pools_for(jobs, fleet, extras), restart, pools=pools,
-                    extras=extras)
+                    extras=extras, parents=parents)
     result = replay.run()
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result

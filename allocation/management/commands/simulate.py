@@ -58,7 +58,7 @@ class Command(BaseCommand):
                                    "replay on")
             result = simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes,
                               cfg.half_life_s, opts["policy"], restart=opts["restart"],
-                              pools=cfg.pools, gpu_sources=cfg.gpu_sources)
+                              pools=cfg.pools, gpu_sources=cfg.gpu_sources, parents=cfg.parents)
         except ConfigError as exc:
             raise CommandError("invalid config:\n" + "\n".join(exc.errors)) from None
         except (TraceError, LiveFleetError, OSError) as exc:
