@@ -15,8 +15,8 @@ from allocation.api.serializers import (
     PriorityClassSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,
-    TeamSerializer,
 )
+from allocation.api.team_tree import TeamTreeSerializer, set_tree_fields
 from allocation.filtersets import QuotaFilterSet
 from allocation.models import PriorityClass, Quota, Team
 from allocation.policy.budgets import BudgetStatus
@@ -30,7 +30,7 @@ from core.api.viewsets import ReadOnlyViewSet
 @extend_schema_view(list=extend_schema(summary="List teams", description="Your teams (admins: all)."),
                     retrieve=extend_schema(summary="Read a team", description="Another team is a 404."))
 class TeamViewSet(ReadOnlyViewSet):
-    serializer_class = TeamSerializer
+    serializer_class = TeamTreeSerializer
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
 
@@ -50,6 +50,7 @@ class TeamViewSet(ReadOnlyViewSet):
         budgets: dict[str, list[BudgetStatus]] = {}
         for status in budget_statuses(team_ids=[t.pk for t in teams]):
             budgets.setdefault(status.budget.team, []).append(status)
+        set_tree_fields(teams)
         for team in teams:
             team.budget_standing = budgets.get(team.name, [])
             row = standing.get(team.name, {})

@@ -55,7 +55,7 @@ class Team(models.Model):
     weight = models.FloatField(default=1.0, help_text="Fair-share weight.")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="teams")
     # A department above it (any depth; members and leases belong to leaf teams). Kept cycle-free
-    # by the writes (config apply, the team API: `allocation.services.teams_tree`).
+    # by the writes (config apply; a quota's guarantee by `allocation.services.teams_tree`).
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
                                related_name="children")
     # Not columns: set on the instances by the reads that list teams (API, admin).
@@ -64,6 +64,8 @@ class Team(models.Model):
     gpus_held: int
     n_members: int
     budget_standing: list[BudgetStatus]  # set by the team API (`budgets` is the relation)
+    tree_path: list[str]  # set by the team API: names from the root down, itself included
+    child_names: list[str]
 
     class Meta:
         ordering = ["name"]

@@ -109,7 +109,8 @@ def with_gpus(queryset: QuerySet[Any]) -> QuerySet[Any]:
 def team_list(*, user: Any) -> QuerySet[Team]:
     from django.contrib.auth import get_user_model
 
-    qs = Team.objects.prefetch_related(Prefetch("members", queryset=get_user_model().objects.order_by("username")))
+    qs = Team.objects.select_related("parent").prefetch_related(
+        Prefetch("members", queryset=get_user_model().objects.order_by("username")))
     return qs if is_pool_admin(user) else qs.filter(members=user)
 
 

@@ -12,6 +12,7 @@ from allocation.audit import audit, bulk_audit
 from allocation.choices import END_STATES, HOLDING_STATES, LeaseState
 from allocation.lease_states import lease_end, lease_free_gpus, stop_pending
 from allocation.models import Lease, Quota, Team
+from allocation.services.teams_tree import quota_tree_check
 from allocation.triggers import request_pass, request_unbind
 from allocation.workloads.stopping import pending_stops
 from core.db import db_now, retry_on_deadlock
@@ -141,10 +142,14 @@ def quota_set(*, quota: Quota, guaranteed: int, limit: int | None, lending_limit
     Raises DomainError (code `invalid_quota`, the field in `details`) when the limit is below
     the guarantee (a team could then never reach what it is promised) or the lending limit above
     it (a team lends at most its guarantee: lowering the guarantee below the lending limit in
-    force is refused too); nothing is written then. A call that changes nothing writes nothing."""
+    force is refused too), or the guarantee breaks the team tree's rule in the pool (a parent's
+    guarantee bounds the sum of its children's: `teams_tree.quota_tree_check`); nothing is
+    written then. A call that changes nothing writes nothing."""
     _quota_check(guaranteed, limit, lending_limit)
     with transaction.atomic():
         quota = Quota.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota.pk)
+        if guaranteed != quota.guaranteed:
+            quota_tree_check(quota=quota, guaranteed=guaranteed)
         before = {"guaranteed": quota.guaranteed, "limit": quota.limit, "lending_limit": quota.lending_limit}
         after = {"guaranteed": guaranteed, "limit": limit, "lending_limit": lending_limit}
         changed = {k: v for k, v in after.items() if before[k] != v}

@@ -71,8 +71,11 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
         has_caps=Exists(scheduling),
         leases_cap=Subquery(scheduling.values("pending_leases_per_team")[:1]),
         gpus_cap=Subquery(scheduling.values("pending_gpus_per_team")[:1]),
+        # A department (a team with child teams) holds no leases: its teams do. Last, as in
+        # values() below: compiled_values maps the columns in annotation order.
+        has_children=Exists(Team.objects.filter(parent_id=OuterRef("pk")).order_by()),
     ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget",
-                              "has_caps", "leases_cap", "gpus_cap")[:2]
+                              "has_caps", "leases_cap", "gpus_cap", "has_children")[:2]
 
 
 def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
@@ -94,6 +97,9 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
     row = rows[0]
     if team_name and not row["is_member"] and not is_pool_admin(user):
         raise Forbidden(f"you are not a member of team {team_name!r}", code="not_a_member")
+    if row["has_children"]:
+        raise DomainError(f"team {row['name']!r} is a department: leases belong to its teams "
+                          "(name one of them)", code="not_a_leaf_team")
     if row["pc_pk"] is not None:
         pc = PriorityClass(pk=row["pc_pk"], name=pc_name or "default")
     elif pc_name:
