@@ -12,8 +12,11 @@ from allocation.models import Team
 
 
 class TeamTreeSerializer(TeamSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True,
-                                          help_text="The department above the team; null for a root.")
+    # A field named like Field.parent (the enclosing serializer): DRF's metaclass moves declared
+    # fields off the class, so only the type checker minds.
+    parent: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(  # type: ignore[assignment]
+        slug_field="name", read_only=True, allow_null=True,
+        help_text="The department above the team; null for a root.")
     children: serializers.ListField = serializers.ListField(
         child=serializers.CharField(), source="child_names", read_only=True,
         help_text="Names of the teams directly below it (a department); [] for a leaf team.")

@@ -28,7 +28,8 @@ class UsageQuerySerializer(serializers.Serializer[Any]):
 
 _ROW_FIELDS: dict[str, serializers.Field[Any, Any, Any, Any]] = {
     "team": serializers.CharField(required=False, help_text="The group's key, named after group_by: team, "
-                                                            "pool, model, user or day (YYYY-MM-DD)."),
+                                                            "pool, model, user, day (YYYY-MM-DD) or "
+                                                            "department (a top-level team: its teams' sum)."),
     "gpu_hours": serializers.FloatField(help_text="GPU-hours (MIG slices and time-sliced replicas weighted)."),
     "idle_gpu_hours": serializers.FloatField(help_text="Of gpu_hours, those the GPUs sat allocated but idle: "
                                                        "below the idle threshold for the idle time (metered "

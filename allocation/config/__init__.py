@@ -28,7 +28,7 @@ from allocation.config.specs import (
     TeamSpec,
 )
 from allocation.config.sso import check_sso
-from allocation.config.tree import tree_errors
+from allocation.policy.tree_rules import tree_errors
 
 __all__ = ["POOL_SCHEDULER_KEYS", "TOP_KEYS", "Config", "ConfigError", "PoolSchedulerSpec", "PoolSpec",
            "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "SsoSpec", "TeamSpec", "load_config_file",

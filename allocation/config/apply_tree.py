@@ -1,5 +1,5 @@
 """The team tree on apply and export: `teams[].parent` checked over the database and the file
-together (allocation/config/tree.py's rules), then set once every team of the file exists (a
+together (allocation/policy/tree_rules.py), then set once every team of the file exists (a
 file may name a child before its parent)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 from django.db.models import Count
 
 from allocation.config.specs import Config
-from allocation.config.tree import tree_errors
 from allocation.models import Quota, Team
+from allocation.policy.tree_rules import tree_errors
 
 
 def tree_reference_errors(cfg: Config) -> list[str]:

@@ -48,7 +48,7 @@ class TeamSpec:
     name: str
     weight: float = 1.0
     members: tuple[str, ...] = ()
-    parent: str | None = None  # a department above it (allocation/config/tree.py); None: a root
+    parent: str | None = None  # a department above it (allocation/policy/tree_rules.py); None: a root
 
 
 # A quota or priority class in the file is exactly what the policy reads: one type, not two.

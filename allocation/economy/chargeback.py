@@ -13,8 +13,10 @@ from typing import Any
 from django.utils import timezone
 
 from allocation.economy.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_by_team_and_day, usage_report
+from allocation.economy.usage_tree import by_department
 from allocation.models import Team
 from allocation.policy.metering import period_start
+from allocation.selectors.teams_tree import team_subtree_ids
 from core.errors import DomainError, Forbidden
 from core.roles import is_pool_admin
 from inventory.models import Pool
@@ -56,7 +58,7 @@ def _scope(user: Any, team: str | None, pool: str | None) -> tuple[list[int] | N
             raise _bad("team", f"team {team!r} does not exist", "unknown_team")
         if not admin and not Team.members.through.objects.filter(team_id=row, user_id=user.pk).exists():
             raise Forbidden(f"you are not a member of team {team!r}", code="not_a_member")
-        team_ids = [row]
+        team_ids = team_subtree_ids(row)  # a department: with every team below it
     elif not admin:
         team_ids = list(Team.objects.filter(members=user.pk).values_list("pk", flat=True))
     pool_id = None
@@ -75,6 +77,9 @@ def chargeback(*, user: Any, query: UsageQuery, now: datetime | None = None) -> 
     now = now or timezone.now()
     since, until = _window(query, now, by_day=query.group_by == "day")
     team_ids, pool_id = _scope(user, query.team, query.pool)
+    if query.group_by == "department":  # the teams' rows, regrouped up the tree
+        return by_department(usage_report(since=since, until=until, group_by="team", team_ids=team_ids,
+                                          pool_id=pool_id, now=now))
     return usage_report(since=since, until=until, group_by=query.group_by, team_ids=team_ids,
                         pool_id=pool_id, now=now)
 

@@ -24,7 +24,9 @@ from allocation.models import IdleUsage, Lease, LeaseUsage, Price, Team
 from allocation.policy.metering import price_for
 from inventory.models import Pool
 
-GROUP_BY = ("team", "pool", "model", "user", "day")
+# "department": the teams' rows summed under their top-level department (usage_tree.py; the
+# report's callers regroup, usage_report itself never sees it).
+GROUP_BY = ("team", "pool", "model", "user", "day", "department")
 MAX_DAYS = 400  # a `group_by=day` report covers at most this many days (one bucket each)
 
 

@@ -24,6 +24,7 @@ from allocation.models import Budget, PriorityClass, Team
 from allocation.notify.record import budget_warning_fact, facts_record
 from allocation.policy.budgets import Admission, BudgetStatus, BudgetView, admission, budget_status, threshold_due
 from allocation.policy.metering import period_start
+from allocation.selectors.teams_tree import ancestor_ids, team_subtrees
 from core.db.statements import compiled_values
 from core.errors import Forbidden
 from inventory.models import Pool
@@ -60,11 +61,14 @@ def budgets_refresh(*, now: datetime | None = None) -> dict[str, int]:
     by_start: dict[datetime, list[Budget]] = defaultdict(list)
     for budget in budgets:
         by_start[period_start(budget.period, now)].append(budget)
+    subtrees = team_subtrees()  # a department's budget counts its teams' use
     for start, group in by_start.items():
-        usage = usage_by_team_and_pool(start, sorted({b.team_id for b in group}), now=now)
+        usage = usage_by_team_and_pool(start, sorted({t for b in group for t in subtrees[b.team_id]}),
+                                       now=now)
         for budget in group:
+            below = subtrees[budget.team_id]
             parts = [v for (team, pool), v in usage.items()
-                     if team == budget.team_id and budget.pool_id in (None, pool)]
+                     if team in below and budget.pool_id in (None, pool)]
             budget.period_start, budget.used_as_of = start, now
             budget.used_gpu_hours = sum(hours for hours, _ in parts)
             budget.held_gpu_equiv = sum(held for _, held in parts)
@@ -132,8 +136,15 @@ def budget_judge(team: Team, pool: Pool, *, now: datetime | None = None) -> Demo
     """Judge a new lease of `team` in `pool` by the team's budgets: Forbidden
     (`budget_exhausted`, naming the budget, its use and when it resets) when a spent `block_new`
     budget refuses it; the lowest priority class when a spent `lower_priority` budget demotes it;
-    None when they let it be. One query (two when demoting)."""
-    verdict = budget_admission(team_id=team.pk, pool_id=pool.pk, pool_name=pool.name, now=now)
+    None when they let it be. One query (two when demoting; one more for a team under a
+    department: the departments' budgets above it judge too)."""
+    above = ancestor_ids(team.pk)
+    if above:
+        rows = (Budget.objects.filter(team_id__in=[team.pk, *above])
+                .filter(Q(pool__isnull=True) | Q(pool_id=pool.pk)).order_by().values_list(*_VIEW_FIELDS))
+        verdict = admission([_view(row) for row in rows], pool.name, now or timezone.now())
+    else:
+        verdict = budget_admission(team_id=team.pk, pool_id=pool.pk, pool_name=pool.name, now=now)
     if verdict.blocked_by is not None:
         status = verdict.blocked_by
         budget = status.budget

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from allocation.audit import audit
 from allocation.choices import END_STATES, BindingKind, LeaseState
@@ -66,7 +66,11 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
         pool_pk=Subquery(Pool.objects.filter(name=pool_name).order_by().values("pk")[:1]),
         pc_pk=Subquery(PriorityClass.objects.filter(name=pc_name).order_by().values("pk")[:1]),
         quota_limit=Subquery(quota.values("limit")[:1]),
-        has_budget=Exists(Budget.objects.filter(team_id=OuterRef("pk")).order_by()),
+        # Its own budgets or its departments' (up to four levels up: `ancestor_ids`).
+        has_budget=Exists(Budget.objects.filter(
+            Q(team_id=OuterRef("pk")) | Q(team_id=OuterRef("parent_id")) | Q(team_id=OuterRef("parent__parent_id"))
+            | Q(team_id=OuterRef("parent__parent__parent_id"))
+            | Q(team_id=OuterRef("parent__parent__parent__parent_id"))).order_by()),
         # No scheduling row: the default caps; a row's null: no cap.
         has_caps=Exists(scheduling),
         leases_cap=Subquery(scheduling.values("pending_leases_per_team")[:1]),

@@ -1,11 +1,11 @@
-"""The team tree's rules on writes outside `apply` (allocation/config/tree.py holds them): a
+"""The team tree's rules on writes outside `apply` (allocation/policy/tree_rules.py holds them): a
 quota's new guarantee must keep, in its pool, its children's guarantees within it and its
 siblings' and its own within its parent's."""
 
 from __future__ import annotations
 
-from allocation.config.tree import tree_errors
 from allocation.models import Quota, Team
+from allocation.policy.tree_rules import tree_errors
 from core.errors import DomainError
 
 

@@ -1,10 +1,10 @@
-"""The team tree in the configuration: `teams[].parent` (a department, any depth).
+"""The team tree's rules (`teams[].parent`: a department, any depth), as every writer checks
+them: the config (`parse_config` on the file alone, with positions; `config_apply` on the file
+over the database) and the quota service (`allocation.services.teams_tree`). Pure: names in,
+problems out.
 
-Rules (CONTRACT "Hierarchy"): a parent must be a team (of this file, or of the database when
-applied); no cycles; members belong to leaf teams only; in each pool, a parent's guarantee
-bounds the sum of its children's. `tree_errors` checks one merged view of the teams and
-quotas; `parse_config` runs it on the file alone (errors carry file positions; parents the
-file does not define are left to apply), `config_apply` on the file over the database.
+Rules (CONTRACT "Hierarchy"): a parent must be a defined team; no cycles; members belong to
+leaf teams only; in each pool, a parent's guarantee bounds the sum of its children's.
 """
 
 from __future__ import annotations
