@@ -1,7 +1,7 @@
 """One scheduling pass at scale: 10,000 pending requests x 16,000 GPUs on 2,000 hosts.
 
     .venv/bin/python bench/bench_policy.py [--repeat 5] [--fair-share-preemption] [--lending]
-        [--time-sliced 0.25]
+        [--time-sliced 0.25] [--tree]
 
 Half the fleet is held by running leases (some preemptible best-effort, some borrowed), ten
 teams with quotas, mixed sizes (1/2/4/8 GPUs), priorities, models and same-host gangs. Prints the
@@ -10,6 +10,10 @@ the target is < 1 s per fair pass on 2 cores. "cold" includes indexing the GPU t
 first time (the engine builds a new tuple every pass); "warm" reuses it (the simulator).
 `--time-sliced F`: a fraction F of the hosts advertise 2 physical GPUs x 4 time-sliced replicas
 instead of 8 GPUs (one team per physical GPU; running leases there keep to one team per GPU).
+`--tree`: the same snapshot with the ten teams under a 3-level tree (2 divisions over 5
+departments over the 10 teams, guarantees summed up the tree, department limits); prints the
+fair pass over the tree and its ratio to the flat fair pass measured in the same run (target
+≤ 1.5x).
 """
 
 from __future__ import annotations
@@ -93,6 +97,28 @@ def build(seed: int = 1, hosts: int = 2000, pending: int = 10_000, lending: bool
     return Snapshot(NOW, tuple(gpus), teams, quotas, tuple(running), tuple(requests))
 
 
+def with_tree(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` with its teams under divisions and departments (tree.py): team-i in dept-(i//2),
+    dept-0..2 in div-0, dept-3..4 in div-1; each parent guaranteed its children's sum in the
+    pool, departments limited to 3,000 GPUs."""
+    teams = dict(snapshot.teams)
+    quotas = dict(snapshot.quotas)
+    for name in list(teams):
+        dept = f"dept-{int(name.split('-')[1]) // 2}"
+        teams[name] = replace(teams[name], parent=dept)
+    for d in range(5):
+        teams[f"dept-{d}"] = TeamView(f"dept-{d}", 1.0, 0.0, f"div-{0 if d < 3 else 1}")
+    for v in range(2):
+        teams[f"div-{v}"] = TeamView(f"div-{v}", 1.0, 0.0)
+    for d in range(5):
+        g = sum(quotas[(f"team-{i}", POOL)].guaranteed for i in (2 * d, 2 * d + 1))
+        quotas[(f"dept-{d}", POOL)] = QuotaView(f"dept-{d}", POOL, g, 3000)
+    for v, depts in enumerate(((0, 1, 2), (3, 4))):
+        g = sum(quotas[(f"dept-{d}", POOL)].guaranteed for d in depts)
+        quotas[(f"div-{v}", POOL)] = QuotaView(f"div-{v}", POOL, g, None)
+    return replace(snapshot, teams=teams, quotas=quotas)
+
+
 def timed(policy_name: str, snapshot: Snapshot, repeat: int) -> tuple[float, float, Decisions]:
     policy = get_policy(policy_name)
     fresh = Snapshot(snapshot.now, tuple(snapshot.gpus), snapshot.teams, snapshot.quotas,
@@ -116,6 +142,8 @@ def main() -> None:
     parser.add_argument("--lending", action="store_true",
                         help="three teams lend none of their guarantee (the lending_limit gate at work)")
     parser.add_argument("--time-sliced", type=float, default=0.0, help="fraction of hosts time-sliced")
+    parser.add_argument("--tree", action="store_true",
+                        help="also a 3-level team tree over the same snapshot, as a ratio to flat fair")
     args = parser.parse_args()
     snapshot = build(lending=args.lending, time_sliced=args.time_sliced)
     if args.fair_share_preemption:
@@ -132,6 +160,14 @@ def main() -> None:
               f"pending {len(d.pending)}")
     cold = results["fair"][0]
     print(f"fair pass {'within' if cold < 1.0 else 'OVER'} the 1 s target: {cold:.3f} s")
+    if args.tree:
+        tree_cold, tree_warm, d = timed("fair", with_tree(snapshot), args.repeat)
+        flat_cold, flat_warm, _ = results["fair"]
+        print(f"tree  cold {tree_cold * 1000:7.1f} ms ({tree_cold / flat_cold:4.2f}x flat fair)  "
+              f"warm {tree_warm * 1000:7.1f} ms ({tree_warm / flat_warm:4.2f}x flat fair)  "
+              f"grants {len(d.grants)}  preemptions {len(d.preemptions)}  pending {len(d.pending)}")
+        ratio = tree_warm / flat_warm
+        print(f"3-level tree pass {'within' if ratio <= 1.5 else 'OVER'} the 1.5x target: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
