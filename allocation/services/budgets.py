@@ -138,7 +138,7 @@ def budget_judge(team: Team, pool: Pool, *, now: datetime | None = None) -> Demo
     budget refuses it; the lowest priority class when a spent `lower_priority` budget demotes it;
     None when they let it be. One query (two when demoting; one more for a team under a
     department: the departments' budgets above it judge too)."""
-    above = ancestor_ids(team.pk)
+    above = ancestor_ids(team.pk) if team.parent_id is not None else []
     if above:
         rows = (Budget.objects.filter(team_id__in=[team.pk, *above])
                 .filter(Q(pool__isnull=True) | Q(pool_id=pool.pk)).order_by().values_list(*_VIEW_FIELDS))

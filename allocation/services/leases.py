@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 
 from allocation.audit import audit
 from allocation.choices import END_STATES, BindingKind, LeaseState
@@ -78,8 +78,10 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
         # A department (a team with child teams) holds no leases: its teams do. Last, as in
         # values() below: compiled_values maps the columns in annotation order.
         has_children=Exists(Team.objects.filter(parent_id=OuterRef("pk")).order_by()),
+        parent_pk=F("parent_id"),  # under a department: its budgets judge too (budget_judge)
     ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget",
-                              "has_caps", "leases_cap", "gpus_cap", "has_children")[:2]
+                              "has_caps", "leases_cap", "gpus_cap", "has_children",
+                              "parent_pk")[:2]
 
 
 def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | None) -> _Resolved:
@@ -112,7 +114,7 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
         pc, _ = PriorityClass.objects.get_or_create(name="default", defaults={"value": 0})
     pool_obj = Pool(pk=row["pool_pk"], name=pool_name) if isinstance(pool, str) else pool
     caps = QueueCaps(row["leases_cap"], row["gpus_cap"]) if row["has_caps"] else DEFAULT_QUEUE_CAPS
-    return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"]), priority_class=pc,
+    return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"], parent_id=row["parent_pk"]), priority_class=pc,
                      quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]), queue_caps=caps)
 
 
