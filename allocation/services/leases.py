@@ -114,7 +114,8 @@ def _resolve(user: Any, pool: Pool | str, team_name: str | None, pc_name: str | 
         pc, _ = PriorityClass.objects.get_or_create(name="default", defaults={"value": 0})
     pool_obj = Pool(pk=row["pool_pk"], name=pool_name) if isinstance(pool, str) else pool
     caps = QueueCaps(row["leases_cap"], row["gpus_cap"]) if row["has_caps"] else DEFAULT_QUEUE_CAPS
-    return _Resolved(pool=pool_obj, team=Team(pk=row["pk"], name=row["name"], parent_id=row["parent_pk"]), priority_class=pc,
+    team = Team(pk=row["pk"], name=row["name"], parent_id=row["parent_pk"])
+    return _Resolved(pool=pool_obj, team=team, priority_class=pc,
                      quota_limit=row["quota_limit"], has_budget=bool(row["has_budget"]), queue_caps=caps)
 
 
