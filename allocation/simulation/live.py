@@ -75,7 +75,8 @@ def live_fleet(pool_name: str, settings: SimConfig | None = None) -> LiveFleet:
                                quotas=dict(snap.quotas), priority_classes=classes,
                                half_life_s=snap.half_life_s,
                                pools={pool.name: _live_pool_view(pool, snap.pools[pool.name])},
-                               gpu_sources=gpu_sources), fleet)
+                               gpu_sources=gpu_sources,
+                               parents={t.name: t.parent for t in snap.teams.values() if t.parent}), fleet)
 
 
 def _live_pool_view(pool: Pool, view: PoolView) -> PoolView:
