@@ -13,10 +13,9 @@ from typing import Any
 from django.utils import timezone
 
 from allocation.economy.usage import GROUP_BY, MAX_DAYS, UsageReport, usage_by_team_and_day, usage_report
-from allocation.economy.usage_tree import by_department
+from allocation.economy.usage_tree import by_department, team_subtree_ids
 from allocation.models import Team
 from allocation.policy.metering import period_start
-from allocation.selectors.teams_tree import team_subtree_ids
 from core.errors import DomainError, Forbidden
 from core.roles import is_pool_admin
 from inventory.models import Pool

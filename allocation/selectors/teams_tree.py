@@ -86,34 +86,6 @@ def team_tree(*, user: Any = None) -> list[TeamNode]:
     return [_prune(root, visible) for root in roots if root.name in visible]
 
 
-def team_subtree_ids(team: Team | int) -> list[int]:
-    """The ids of `team` and of every team below it (a leaf: itself only). One query."""
-    team_id = team if isinstance(team, int) else team.pk
-    return sorted(team_subtrees().get(team_id, {team_id}))
-
-
-def team_subtrees() -> dict[int, set[int]]:
-    """Team id -> the ids of the team and every team below it, for every team. One query."""
-    parent: dict[int, int | None] = dict(Team.objects.values_list("pk", "parent_id"))
-    out: dict[int, set[int]] = {pk: {pk} for pk in parent}
-    for pk in parent:
-        node: int | None = parent[pk]
-        seen = {pk}
-        while node is not None and node not in seen:
-            out[node].add(pk)
-            seen.add(node)
-            node = parent.get(node)
-    return out
-
-
-def ancestor_ids(team_id: int) -> list[int]:
-    """The ids of the departments above `team_id`, nearest first (up to four levels, in one
-    query); [] for a root."""
-    row = Team.objects.filter(pk=team_id).values_list(
-        "parent_id", "parent__parent_id", "parent__parent__parent_id", "parent__parent__parent__parent_id").first()
-    return [pk for pk in (row or ()) if pk is not None]
-
-
 def flatten(roots: Iterable[TeamNode]) -> list[TeamNode]:
     """Every node, depth first (for a table indented by `depth`)."""
     return [node for root in roots for node in root.walk()]

@@ -20,11 +20,11 @@ from django.utils import timezone
 
 from allocation.audit import audit
 from allocation.economy.usage import usage_by_team_and_pool
+from allocation.economy.usage_tree import ancestor_ids, team_subtrees
 from allocation.models import Budget, PriorityClass, Team
 from allocation.notify.record import budget_warning_fact, facts_record
 from allocation.policy.budgets import Admission, BudgetStatus, BudgetView, admission, budget_status, threshold_due
 from allocation.policy.metering import period_start
-from allocation.selectors.teams_tree import ancestor_ids, team_subtrees
 from core.db.statements import compiled_values
 from core.errors import Forbidden
 from inventory.models import Pool

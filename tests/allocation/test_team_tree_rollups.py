@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from allocation.economy.usage_tree import team_subtree_ids
 from allocation.engine import run_pass
 from allocation.models import Budget, LeaseUsage
 from allocation.policy.metering import period_start
-from allocation.selectors.teams_tree import flatten, team_subtree_ids, team_tree
+from allocation.selectors.teams_tree import flatten, team_tree
 from allocation.services.budgets import budgets_refresh
 
 pytestmark = pytest.mark.django_db
