@@ -81,10 +81,11 @@ class Budget:
         return tuple(nodes)
 
     def allows(self, lease: RunningLease) -> bool:
-        if self.scope is not None and self.quota.tree is not None \
-                and not self.quota.tree.outside(lease.team, self.scope):
+        tree, pool = self.quota.tree, self.req.pool
+        if tree is None:  # flat: the victim's team only (the hot path: no tree work)
+            return self.quota.reclaimable(lease.team, pool) - self.taken[lease.team] >= lease.gpus
+        if self.scope is not None and not tree.outside(lease.team, self.scope):
             return False
-        pool = self.req.pool
         return all(self.quota.reclaimable(node, pool) - self.taken[node] >= lease.gpus
                    for node in self._nodes(lease.team))
 
@@ -94,6 +95,9 @@ class Budget:
             return True
         if not self.allows(lease):
             return False
+        if self.quota.tree is None:
+            self.taken[lease.team] += lease.gpus
+            return True
         for node in self._nodes(lease.team):
             self.taken[node] += lease.gpus
         return True

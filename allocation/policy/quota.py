@@ -105,5 +105,6 @@ class QuotaBook:
     def teams_in(self, pool: str) -> list[str]:
         """The teams holding GPUs in the pool (leaf teams: a department's counts are theirs)."""
         tree = self.tree
-        return sorted({team for (team, p) in self.held
-                       if p == pool and (tree is None or not tree.is_parent(team))})
+        if tree is None:
+            return sorted({team for (team, p) in self.held if p == pool})
+        return sorted({team for (team, p) in self.held if p == pool and not tree.is_parent(team)})
