@@ -75,8 +75,7 @@ def _resolve_query(user_id: int, pool_name: str, team_name: str | None, pc_name:
         has_caps=Exists(scheduling),
         leases_cap=Subquery(scheduling.values("pending_leases_per_team")[:1]),
         gpus_cap=Subquery(scheduling.values("pending_gpus_per_team")[:1]),
-        # A department (a team with child teams) holds no leases: its teams do. Last, as in
-        # values() below: compiled_values maps the columns in annotation order.
+        # A department (a team with child teams) holds no leases: its teams do.
         has_children=Exists(Team.objects.filter(parent_id=OuterRef("pk")).order_by()),
         parent_pk=F("parent_id"),  # under a department: its budgets judge too (budget_judge)
     ).order_by("name").values("pk", "name", "is_member", "pool_pk", "pc_pk", "quota_limit", "has_budget",

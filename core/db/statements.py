@@ -169,7 +169,10 @@ def _compile(build: Callable[..., QuerySet[Any]], values: dict[str, Any]) -> _Te
     if {name for _, name, _ in slots} != set(stand_ins) or any(str(v) in sql for v in stand_ins.values()):
         return None  # a value went into the SQL text, or nowhere: this query is not reusable
     query = queryset.query
-    names = (*query.extra_select, *query.values_select, *query.annotation_select)
+    # The row's column order, as Django's ValuesIterable reads it: values() keeps its arguments'
+    # order (Query.selected) since Django 5.2, annotations among them included.
+    names = tuple(query.selected) if query.selected else (
+        *query.extra_select, *query.values_select, *query.annotation_select)
     converters = compiler.get_converters([s[0] for s in compiler.select[:compiler.col_count]])
     return _Template(sql, tuple(params), tuple(slots), names,
                      tuple((pos, tuple(convs), expr) for pos, (convs, expr) in converters.items()))
