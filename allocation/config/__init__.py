@@ -28,12 +28,13 @@ from allocation.config.specs import (
     TeamSpec,
 )
 from allocation.config.sso import check_sso
+from allocation.config.topology import check_topology
 
 __all__ = ["POOL_SCHEDULER_KEYS", "TOP_KEYS", "Config", "ConfigError", "PoolSchedulerSpec", "PoolSpec",
            "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "SsoSpec", "TeamSpec", "load_config_file",
            "parse_config"]
 
-TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler", "sso"}
+TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler", "sso", "topology"}
 
 
 def parse_config(text: str, filename: str = "<config>") -> Config:
@@ -57,6 +58,7 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
             check(chk, path, item, seen, cfg)
     check_scheduler(chk, data.get("scheduler"), cfg)
     check_sso(chk, data.get("sso"), cfg)
+    check_topology(chk, data.get("topology"), cfg)
 
     if chk.errors:
         raise ConfigError(chk.errors)
