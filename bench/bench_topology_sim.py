@@ -46,9 +46,10 @@ def main() -> None:
     cfg = sim_config_from_dict(config)
     jobs = scale_jobs(jobs, args.gpu_scale)
 
-    def run(**kw: object) -> dict:
+    def run(rack_size: int, topology_aware: bool) -> dict:
         return simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes, cfg.half_life_s,
-                        args.policy, pools=cfg.pools, gpu_sources=cfg.gpu_sources, **kw)
+                        args.policy, pools=cfg.pools, gpu_sources=cfg.gpu_sources, rack_size=rack_size,
+                        topology_aware=topology_aware)
 
     out = compare(run, args.racks)
     topo = out["topology"]
