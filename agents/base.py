@@ -84,6 +84,10 @@ class GpuFact:
     # A replica's physical GPU, where the source knows which one it is (ssh: the GPU's or MIG
     # device's UUID); empty otherwise (Kubernetes: the device plugin picks it for each pod).
     physical_uuid: str = ""
+    # The NVLink island it is in (GPUs joined by NVLink/NVSwitch): host-local (`nvl0`, from
+    # `nvidia-smi topo -m`) or fleet-wide with a colon (`clique:ID`, Kubernetes' multi-node
+    # NVLink label); "" in none or unknown.
+    nvlink_island: str = ""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Any
 from agents.base import HEALTH_OK, HEALTH_UNHEALTHY, GpuFact, GpuProcess, HostFact
 from agents.k8s_nodes import NO_PLUGIN_GPUS_ERROR
 from agents.k8s_resources import LEASE_LABEL, UUID_PREFIX
+from agents.k8s_topology import attribute_island, with_islands
 
 #: The NVIDIA DRA driver's name: `spec.driver` of its slices, the attribute domain in CEL.
 DRA_DRIVER = "gpu.nvidia.com"
@@ -183,7 +184,7 @@ def with_dra(host: HostFact, inventory: DraInventory | None, mode: str) -> HostF
     driver, cuda = inventory.versions.get(host.name, ("", "")) if inventory else ("", "")
     return replace(
         host,
-        gpus=gpus,
+        gpus=with_islands(gpus, host.labels),
         foreign_gpus=0,
         driver_version=host.driver_version or driver,
         cuda_version=host.cuda_version or cuda,
@@ -225,6 +226,7 @@ def _fact(device: Mapping[str, Any], attrs: Mapping[str, str], holder: str | Non
         health=HEALTH_UNHEALTHY if taints else HEALTH_OK,
         health_reason="; ".join(f"device taint {_taint_text(t)}" for t in taints),
         processes=(GpuProcess(pid=None, name=holder),) if holder else (),
+        nvlink_island=attribute_island(attrs),
     )
 
 

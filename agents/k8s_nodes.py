@@ -46,6 +46,7 @@ from agents.k8s_resources import (
     is_gpu_resource,
     parse_count,
 )
+from agents.k8s_topology import with_islands
 
 _PRODUCT = "nvidia.com/gpu.product"
 _MEMORY = "nvidia.com/gpu.memory"
@@ -107,7 +108,7 @@ def node_to_host(
     name = str(metadata.get("name") or "")
     labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
 
-    gpus = tuple(_gpu_facts(name, labels, status, scope))
+    gpus = with_islands(tuple(_gpu_facts(name, labels, status, scope)), labels)
     error = ""
     if not gpus and any(labels.get(key, "") not in ("", "false", "0") for key in _GPU_NODE_LABELS):
         error = NO_PLUGIN_GPUS_ERROR

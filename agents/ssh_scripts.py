@@ -76,7 +76,7 @@ def check_lease_id(lease_id: str) -> str:
 
 
 def discover_script(nvidia_smi_command: str) -> str:
-    """One round trip: versions, query-gpu CSV, `-L` and compute-apps, in marked sections
+    """One round trip: versions, query-gpu CSV, `-L`, compute-apps and `topo -m`, in marked sections
     (`nvidia_smi.report.read_host_report` reads them). `nvidia_smi_command` may be several words
     (`sudo -n nvidia-smi`); each is quoted."""
     words = " ".join(shlex.quote(w) for w in shlex.split(nvidia_smi_command)) or "nvidia-smi"
@@ -90,6 +90,7 @@ def discover_script(nvidia_smi_command: str) -> str:
             report.SECTION_COMPUTE_APPS,
             f"--query-compute-apps={apps} --format=csv,noheader,nounits",
         ),
+        (report.SECTION_TOPO, "topo -m"),
     ]
     lines = [
         f"set -- {words}",

@@ -133,6 +133,9 @@ class Gpu(models.Model):
     # Empty for a GPU that is not a replica, and on Kubernetes, where the device plugin, not us,
     # picks the physical device for a pod: there the node's time-sliced GPUs are one unit.
     physical_uuid = models.CharField(max_length=128, blank=True, default="", db_index=True)
+    # Its NVLink island (agents.base.GpuFact.nvlink_island): `nvl0` within its host, `clique:ID`
+    # across hosts; empty: in none, or not known.
+    nvlink_island = models.CharField(max_length=128, blank=True, default="")
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
     health_reason = models.CharField(max_length=255, blank=True, default="")
     foreign = models.BooleanField(default=False)

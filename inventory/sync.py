@@ -146,7 +146,7 @@ def _derive(host: Host, now: datetime) -> None:
 
 
 STRUCT_FIELDS = ("host_id", "parent_id", "index", "model", "memory_mb", "mig_profile", "shared_replicas",
-                 "physical_uuid", "health", "health_reason", "foreign", "gone")
+                 "physical_uuid", "nvlink_island", "health", "health_reason", "foreign", "gone")
 TELEMETRY_FIELDS = ("utilization_pct", "memory_used_mb", "temperature_c", "power_w", "telemetry_at")
 _TELEMETRY_COMPARED = tuple(k for k in TELEMETRY_FIELDS if k != "telemetry_at")  # a new timestamp alone is no change
 _ROW_FIELDS = ("pk", "uuid", "leased", *STRUCT_FIELDS, *TELEMETRY_FIELDS)
@@ -316,6 +316,7 @@ def _gpu_values(fact: GpuFact, host_id: int, parent_id: int | None, now: datetim
         "host_id": host_id, "parent_id": parent_id, "index": fact.index, "model": fact.model,
         "memory_mb": fact.memory_mb, "mig_profile": fact.mig_profile,
         "shared_replicas": max(1, fact.shared_replicas), "physical_uuid": fact.physical_uuid[:128],
+        "nvlink_island": fact.nvlink_island[:128],
         "health": Health.UNHEALTHY if unhealthy else Health.OK,
         "health_reason": fact.health_reason[:255] if unhealthy else "",
         # A process on a GPU that no lease of ours holds is someone else's work.

@@ -293,6 +293,8 @@ SPECTACULAR_SETTINGS = {
         "HostStateEnum": "inventory.choices.HostState",
         "GpuStateEnum": "inventory.choices.GpuState",
         "LeaseStateEnum": "allocation.choices.LeaseState",
+        "TopologyModeEnum": "allocation.policy.topology.MODES",
+        "ModeEnum": "allocation.selectors.capacity_preview.MODES",  # as before topology brought a second `mode`
     },
 }
 

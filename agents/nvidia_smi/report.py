@@ -11,6 +11,7 @@ from typing import NamedTuple
 from agents.base import HEALTH_UNHEALTHY, GpuFact
 from agents.nvidia_smi.csv import QUERY_GPU_FIELDS, gpu_rows, parse_compute_apps, parse_csv
 from agents.nvidia_smi.text import find_lost_gpus, parse_list, parse_versions
+from agents.nvidia_smi.topo import parse_topo_matrix
 from agents.nvidia_smi.values import LostGpu, NvidiaSmiError, clean, is_lost_marker, to_int
 
 # Section names of the SSH agent's remote report; the script and this parser must agree.
@@ -19,6 +20,7 @@ SECTION_VERSIONS = "versions"  # `nvidia-smi -q -d COMPUTE`: header has driver a
 SECTION_QUERY_GPU = "query-gpu"
 SECTION_LIST = "list"
 SECTION_COMPUTE_APPS = "compute-apps"
+SECTION_TOPO = "topo"  # `nvidia-smi topo -m`: NVLink islands (topo.py)
 
 
 class HostReport(NamedTuple):
@@ -115,11 +117,22 @@ def read_host_report(text: str) -> HostReport:
     # Each GPU followed by its MIG devices, as `-L` lists them.
     facts = tuple(fact for gpu in with_procs if gpu.parent_uuid not in by_uuid
                   for fact in (gpu, *(m for m in with_procs if m.parent_uuid == gpu.uuid)))  # fmt: skip
+    facts = _with_islands(facts, sections.get(SECTION_TOPO, ("", None))[0])
     driver, cuda = parse_versions(sections.get(SECTION_VERSIONS, ("", None))[0])
     if not driver:  # old drivers without a -q header line: fall back to the CSV column
         columns = (clean(r.get("driver_version")) for r in parse_csv(query_text, QUERY_GPU_FIELDS))
         driver = next((d for d in columns if d), "")
     return HostReport(driver, cuda, facts, tuple(problems))
+
+
+def _with_islands(facts: tuple[GpuFact, ...], topo_text: str) -> tuple[GpuFact, ...]:
+    """The facts with their NVLink island from `topo -m` (by GPU index; a MIG device is in its
+    parent's). Without a matrix (old driver, section missing) they stay as they are."""
+    matrix = parse_topo_matrix(topo_text)
+    if not matrix.islands:
+        return facts
+    by_uuid = {f.uuid: matrix.island_of(f.index) for f in facts if not f.parent_uuid}
+    return tuple(replace(f, nvlink_island=by_uuid.get(f.parent_uuid or f.uuid, "")) for f in facts)
 
 
 def parse_host_report(text: str) -> tuple[str, str, tuple[GpuFact, ...]]:

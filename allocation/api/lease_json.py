@@ -30,9 +30,10 @@ from inventory.models import Gpu
 # The lease's own columns that its JSON shows; the names of what it refers to come from
 # selectors.with_names (annotations), or from loaded relations (_RELATED).
 COLUMNS = ("id", "state", "gpu_count", "model", "min_memory_mb", "min_driver_version", "min_cuda_version",
-           "same_host", "selector", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at", "granted_at",
-           "expires_at", "ended_at", "reason", "pending_code", "queue_position", "estimated_start", "binding_kind",
-           "binding_spec", "binding_status", "preempted_by_id", "warning", "idle_exempt", "ending_since")
+           "same_host", "selector", "topology", "borrowed", "requeue_on_loss", "ttl_seconds", "created_at",
+           "granted_at", "expires_at", "ended_at", "reason", "pending_code", "queue_position", "estimated_start",
+           "binding_kind", "binding_spec", "binding_status", "preempted_by_id", "warning", "idle_exempt",
+           "ending_since")
 _RELATED = {"team_name": ("team", "name"), "user_name": ("user", "username"), "pool_name": ("pool", "name"),
             "host_name": ("host", "name"), "priority_class_name": ("priority_class", "name")}
 
@@ -82,6 +83,7 @@ def _render(row: dict[str, Any], uuids: Sequence[str], actives: Sequence[bool],
         "warning": row["warning"], "idle_exempt": row["idle_exempt"],
         "stopping": stopping_view(state, row["ending_since"], row["binding_status"], lambda t: drf_datetime(t, tz)),
         "exit_code": workload_exit_code(row["binding_status"]),
+        "topology": row["topology"],
     }
 
 

@@ -20,10 +20,9 @@ from allocation.api import exec as exec_api
 from allocation.api import logs as log_api
 from allocation.api import shells as shell_api
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
+from allocation.api.lease_topology import LeaseCreateSerializer, LeaseSerializer
 from allocation.api.serializers import (
     AuditEventSerializer,
-    LeaseCreateSerializer,
-    LeaseSerializer,
     ReleaseSerializer,
     RenewQuerySerializer,
     RenewSerializer,

@@ -28,13 +28,14 @@ from allocation.config.specs import (
     TeamSpec,
 )
 from allocation.config.sso import check_sso
+from allocation.config.topology import check_topology
 from allocation.policy.tree_rules import tree_errors
 
 __all__ = ["POOL_SCHEDULER_KEYS", "TOP_KEYS", "Config", "ConfigError", "PoolSchedulerSpec", "PoolSpec",
            "PriorityClassSpec", "QuotaSpec", "SchedulerSpec", "SourceSpec", "SsoSpec", "TeamSpec", "load_config_file",
            "parse_config"]
 
-TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler", "sso"}
+TOP_KEYS = {section for section, _ in SECTIONS} | {"scheduler", "sso", "topology"}
 
 
 def parse_config(text: str, filename: str = "<config>") -> Config:
@@ -58,6 +59,7 @@ def parse_config(text: str, filename: str = "<config>") -> Config:
             check(chk, path, item, seen, cfg)
     check_scheduler(chk, data.get("scheduler"), cfg)
     check_sso(chk, data.get("sso"), cfg)
+    check_topology(chk, data.get("topology"), cfg)
     if not chk.errors:
         check_tree(chk, data, cfg)
 

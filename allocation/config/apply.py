@@ -37,6 +37,7 @@ from allocation.config.apply_sso import (
     sso_members,
     sso_reference_errors,
 )
+from allocation.config.apply_topology import apply_topology, export_topology
 from allocation.config.apply_tree import apply_parents, team_export, tree_reference_errors
 from allocation.config.idle import idle_reclaim_export
 from allocation.config.queue_caps import queue_caps_export
@@ -98,6 +99,7 @@ def config_apply(cfg: Config, *, actor: str = "system:apply", prune: bool = Fals
         _apply_quotas(cfg, teams, pools, changes)
         _apply_priority_classes(cfg, changes)
         _apply_scheduler(cfg, changes)
+        apply_topology(cfg, changes)
         _apply_sources(cfg, pools, changes)
         budgets_changed = apply_budgets(cfg, teams, pools, changes)
         apply_prices(cfg, changes)
@@ -308,6 +310,7 @@ def config_export() -> dict[str, Any]:
     sched = SchedulerSettings.objects.filter(pk=1).first()
     if sched is not None:
         data["scheduler"] = {key: getattr(sched, key) for key in SCHEDULER_KEYS}
+    export_topology(data)
     data["sources"] = [{"name": s.name, "kind": s.kind, "pool": s.pool.name,
                         "interval_s": s.interval_s, **s.config}
                        for s in Source.objects.select_related("pool")]

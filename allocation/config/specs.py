@@ -141,3 +141,4 @@ class Config:
     prices: list[PriceSpec] = field(default_factory=list)
     notifications: list[NotificationSpec] = field(default_factory=list)
     sso: SsoSpec | None = None
+    topology: list[str] | None = None  # host label keys, outermost first (None: not in the file)

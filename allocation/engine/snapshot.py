@@ -28,6 +28,7 @@ from django.db import connection
 
 from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES, LeaseState
+from allocation.engine.topology import topology_view
 from allocation.ledger import team_usage_views
 from allocation.models import PoolScheduling, Reservation, SchedulerSettings
 from allocation.policy.metering import gpu_equivalent
@@ -56,7 +57,8 @@ SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profi
        g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
         OR g.id IN (SELECT lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
-                    WHERE lg.active AND l.pool_id <> %(pool)s))
+                    WHERE lg.active AND l.pool_id <> %(pool)s)),
+       g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
 """
 HOST_SQL = """
@@ -93,7 +95,8 @@ SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s
        EXTRACT(EPOCH FROM l.created_at)::float8,
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
        l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.pending_code, l.reason, l.queue_position,
-       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{}'::jsonb)
+       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{}'::jsonb),
+       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required'
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
@@ -135,6 +138,8 @@ class PendingRow(NamedTuple):
     estimated_start: datetime | None
     binding_kind: str = ""
     selector: str = ""  # its tag (allocation.policy.where)
+    within: str = ""  # its topology (allocation.policy.topology)
+    within_required: bool = False
 
 
 @dataclass
@@ -202,7 +207,7 @@ def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
 
 def _pending_rows(pool_id: int) -> list[PendingRow]:
     rows = _read(PENDING_SQL, {"pool": pool_id, "pending": LeaseState.PENDING.value})
-    return [PendingRow._make((*r[:20], _tag(r[20]))) for r in rows]
+    return [PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))) for r in rows]
 
 
 def _json(value: Any) -> Any:
@@ -236,6 +241,10 @@ def _host_tags(pool_id: int, host_rows: list[tuple[Any, ...]], selectors: tuple[
     return {row[0]: tags_of(selectors, row[5], row[1], labels.get(row[0])) for row in host_rows}
 
 
+def _host_labels(pool_id: int) -> dict[int, Any]:
+    return {hid: _json(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
+
+
 def host_keys(host_rows: list[tuple[Any, ...]]) -> dict[int, str]:
     """Host id -> the host's name in the policy, unique in the pool: its name, or `source/name`
     where another source of the pool has a host of that name (two clusters' `node-1`)."""
@@ -257,7 +266,7 @@ def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple
         GpuView(pk, pool, names[host_id], model, mem or 0, hosts[host_id][3], hosts[host_id][4],
                 hosts[host_id][2] == HostState.READY and health == Health.OK and not foreign and not unavailable,
                 mig, None, replicas > 1, physical if replicas > 1 else "", *where[host_id])
-        for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable in ordered)
+        for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable, _ in ordered)
 
 
 def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
@@ -310,12 +319,13 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
 
     pending_views: dict[str, tuple[tuple[Any, ...], RequestView]] = {}
     for r in pending_rows.values():
-        request = (*r[1:15], r.binding_kind, r.selector)  # what the view is made of (not the explanation)
+        request = (*r[1:15], r.binding_kind, r.selector, r.within, r.within_required)  # the view's parts
         seen = memo.pending.get(r.lease_id)
         if seen is None or seen[0] != request or memo.pool != pool.name:
             seen = (request, RequestView(r.lease_id, r.team, pool.name, r.gpus, r.priority, r.created_at, r.model,
                                         r.min_memory_mb, bool(r.same_host), r.min_driver_version,
-                                        r.min_cuda_version, float(r.ttl_seconds), r.binding_kind, r.selector))
+                                        r.min_cuda_version, float(r.ttl_seconds), r.binding_kind, r.selector,
+                                        r.within, r.within_required))
         pending_views[r.lease_id] = seen
 
     with _MEMO_LOCK:
@@ -332,7 +342,9 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
                         pending=tuple(view for _, view in pending_views.values()),
                         priority_classes=classes, half_life_s=half_life,
                         pools={pool.name: pool_view(pool, sched)},
-                        reservations=reservation_views(pool, now))
+                        reservations=reservation_views(pool, now),
+                        topology=topology_view(sched.topology or (), {row[0]: (row[1], row[12]) for row in gpu_rows},
+                                               host_keys(host_rows), lambda: _host_labels(pool.pk)))
     return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows}, meter)
 
 

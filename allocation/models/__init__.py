@@ -142,6 +142,9 @@ class Lease(models.Model):
     # Where it may run: {source: NAME | [NAMES], host: NAME, labels: {key: value}} ({} anywhere),
     # matched by the scheduler against each host (allocation.policy.where).
     selector = models.JSONField(default=dict, blank=True)
+    # Topology {within: nvlink|host|LEVEL, mode: required|preferred} ({} the default), see
+    # allocation.policy.topology.
+    topology = models.JSONField(default=dict, blank=True)
     requeue_on_loss = models.BooleanField(default=False)
     ttl_seconds = models.PositiveIntegerField()
     borrowed = models.BooleanField(default=False)
@@ -326,6 +329,8 @@ class SchedulerSettings(models.Model):
         default=False, help_text="A team below its fair share may preempt borrowed leases of teams above it.")
     fair_share_preemption_interval_s = models.FloatField(
         default=60.0, help_text="The least time between two fair-share preemptions in a pool.")
+    # `topology:` of the configuration: host label keys, outermost first (allocation.policy.topology).
+    topology = models.JSONField(default=list, blank=True)
 
     class Meta:
         verbose_name_plural = "scheduler settings"

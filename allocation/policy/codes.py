@@ -31,6 +31,7 @@ class PendingCode(StrEnum):
     # Past the gates: where room is, or is not.
     RESERVATION = "reservation"
     NO_CAPACITY = "no_capacity"
+    TOPOLOGY = "topology"
     BEHIND_HIGHER_PRIORITY = "behind_higher_priority"
     WAITING_ENDING = "waiting_ending"
     WAITING_PREEMPTION = "waiting_preemption"
@@ -50,6 +51,8 @@ DESCRIPTIONS: dict[PendingCode, str] = {
     PendingCode.LENDING_LIMIT: "would borrow beyond what other teams may lend of their idle guarantees",
     PendingCode.RESERVATION: "the free GPUs it could use are held by another team's advance reservation",
     PendingCode.NO_CAPACITY: "not enough matching GPUs are free now",
+    PendingCode.TOPOLOGY: "enough matching GPUs are free, but not within one NVLink island, host, rack (or the "
+                          "level it requires)",
     PendingCode.BEHIND_HIGHER_PRIORITY: "starting it now would delay a higher-priority request waiting for the "
                                         "same GPUs",
     PendingCode.WAITING_ENDING: "GPUs are held for it and it waits for ending leases to free the rest",
@@ -70,6 +73,7 @@ LABELS: dict[PendingCode, str] = {
     PendingCode.LENDING_LIMIT: "Lending limit",
     PendingCode.RESERVATION: "Reserved for another team",
     PendingCode.NO_CAPACITY: "No free capacity",
+    PendingCode.TOPOLOGY: "Waiting for room within its topology",
     PendingCode.BEHIND_HIGHER_PRIORITY: "Behind higher priority",
     PendingCode.WAITING_ENDING: "Waiting for ending leases",
     PendingCode.WAITING_PREEMPTION: "Waiting for preemption",

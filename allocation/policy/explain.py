@@ -192,6 +192,13 @@ def _kept_for_others(req: RequestView, index: FreeIndex, groups: Sequence[Group]
             f"at a time in pool {req.pool})")
 
 
+def topology(req: RequestView) -> str:
+    """A lease whose required topology keeps it waiting though its GPUs are free elsewhere."""
+    where = "one NVLink island" if req.within == "nvlink" else f"one {req.within}"
+    return (f"{_gpus(req.gpus)}{_of(req)} are free in pool {req.pool}, but not within {where} "
+            f"(topology within {req.within}, required); it waits rather than be placed across")
+
+
 def behind(req: RequestView, ahead: int, head: str, head_gpus: int) -> str:
     noun = "request" if ahead == 1 else "requests"
     return (f"waiting behind {ahead} higher-priority {noun}; starting now would delay "

@@ -290,12 +290,12 @@ class _FairPass(PoolPass):
                 backfill.realize(self.pool, res, self.now)
             ahead = backfill.heads_ahead(ahead, groups, order)
         if ahead:
-            self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
+            self.pending.add(req, *self.no_room_of(req, groups))
             return
         if self._try_plan(req, groups, order):
             return
         self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
-        self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
+        self.pending.add(req, *self.no_room_of(req, groups))
 
     def finish(self) -> None:
         """Fill in the estimated starts (when the snapshot asks for them): the heads' from

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from allocation.policy.codes import PendingCode
 from allocation.policy.placement import Group
 from allocation.policy.poolpass import PoolPass
 from allocation.policy.state import build_pass, pending_by_pool, queue_order
@@ -42,6 +41,6 @@ class _FifoPass(PoolPass):
             if placement is None:
                 return
         if placement is None:
-            self.pending.add(req, PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups))
+            self.pending.add(req, *self.no_room_of(req, groups))
         else:
             self.grant(req, placement)

@@ -22,6 +22,7 @@ from allocation.policy.matching import (
     constraint_of,
     kind_eligible,
 )
+from allocation.policy.topology import pick_ids
 from allocation.policy.types import RequestView
 
 # Per kind id: None excludes the whole kind, a set excludes those hosts (backfill reservations).
@@ -60,7 +61,9 @@ class Placement:
 
 class FreeIndex:
     """Free GPUs of one pool during one pass. Only shrinks (grants, holds), so a shape that does
-    not fit once in a pass never fits later in it (callers cache failures on that basis)."""
+    not fit once in a pass never fits later in it (callers cache failures on that basis).
+    `islands` (GPU id -> NVLink island, topology.py): `take` keeps a host's lease in one."""
+    islands: Mapping[int, str] = {}
 
     def __init__(self, layout: PoolLayout, kinds: list[Kind], base: FreeBase) -> None:
         """From the pool's free GPUs before the pass (`base`, which is copied, never changed:
@@ -278,12 +281,13 @@ class FreeIndex:
     # --- updates --------------------------------------------------------------------------------
 
     def take(self, placement: Placement) -> list[int]:
-        """Remove the placement's GPUs from the index (lowest ids of each block) and return them."""
+        """Remove the placement's GPUs from the index (lowest ids of each block, or per `islands`)."""
         taken: list[int] = []
         for host, kid, count in placement.blocks:
             free = self.blocks[kid][host]
-            taken.extend(free[:count])
-            self._set_block(kid, host, free[count:])
+            ids = pick_ids(free, count, self.islands) if self.islands else free[:count]
+            self._set_block(kid, host, [i for i in free if i not in ids] if self.islands else free[count:])
+            taken.extend(ids)
         return taken
 
     def _set_block(self, kid: int, host: str, ids: list[int]) -> None:
@@ -384,9 +388,7 @@ def capacity_bound(groups: Sequence[Group], same_host: bool) -> int:
 
 
 def _first_not_in(hosts: dict[str, None], banned: frozenset[str]) -> str | None:
-    if not banned:
-        return next(iter(hosts), None)
-    return next((h for h in hosts if h not in banned), None)
+    return next((h for h in hosts if h not in banned), None) if banned else next(iter(hosts), None)
 
 
 def trim(blocks: list[tuple[str, int, int]], gpus: int) -> tuple[tuple[str, int, int], ...]:

@@ -13,6 +13,7 @@ from allocation.policy.gates import GateContext, Refusal, admit
 from allocation.policy.placement import Exclusions, FitMemo, Group, Placement
 from allocation.policy.reservations import Holds
 from allocation.policy.state import PassState, PoolState
+from allocation.policy.topo_place import TopologyFits, refused_for_topology
 from allocation.policy.types import Decisions, Grant, Pending, RequestView
 
 
@@ -63,7 +64,8 @@ class PoolPass:
         self.gates = GateContext.of(state, name)
         self.decisions = decisions
         self.pending = PendingLog(decisions.pending)
-        self.fits = FitMemo()  # shapes that did not fit, for the rest of the pass
+        # Shapes that did not fit, for the rest of the pass; placements honour the topology.
+        self.fits = FitMemo() if self.pool.topology is None else TopologyFits(self.pool.topology)
         self.no_room = NoRoomReasons()
         # Advance reservations of the pool; None (nothing to check) when it has none.
         self.holds = Holds.of(state.snapshot, self.pool) if state.snapshot.reservations else None
@@ -100,6 +102,13 @@ class PoolPass:
                 return None
             placement, broken = found, holds.broken(req, found)
         return placement
+
+    def no_room_of(self, req: RequestView, groups: Sequence[Group]) -> tuple[PendingCode, str]:
+        """Why `req` does not fit now: its required topology when the blind placement would fit
+        it, else no capacity."""
+        if refused_for_topology(self.pool.index, req, groups, self.pool.topology):
+            return PendingCode.TOPOLOGY, explain.topology(req)
+        return PendingCode.NO_CAPACITY, self.no_room.reason(self.pool, req, groups)
 
     def grant(self, req: RequestView, placement: Placement) -> Grant:
         """Take the placement's GPUs for `req`, count them for its team and record the grant.

@@ -16,6 +16,7 @@ from allocation.policy.placement import FreeIndex, Group
 from allocation.policy.quota import QuotaBook
 from allocation.policy.running import RunningTotals
 from allocation.policy.timeslice import ReplicaClaims, claims_for
+from allocation.policy.topology import TopologyView
 from allocation.policy.tree import Tree
 from allocation.policy.types import RequestView, RunningView, Snapshot
 
@@ -83,6 +84,7 @@ class PoolState:
         self.has_ending = self.ending_gpus > 0
         # Which team uses each time-sliced GPU (None: no replica here serves one team only).
         self.claims: ReplicaClaims | None = None
+        self.topology: TopologyView | None = None  # the snapshot's, when it has one
         self._preemptible: dict[str, tuple[list[int], list[int]]] | None = None
         self._mature: dict[str, int] | None = None
         self._victim_hosts: dict[tuple[int, frozenset[str]], dict[str, int]] = {}
@@ -339,6 +341,9 @@ def _pool_state(snapshot: Snapshot, layout: Layout, kinds: list[Kind], name: str
     base = _free_base(pool_layout, held, layout.where, totals, counted and not layout.time_sliced)
     pool = PoolState(name, FreeIndex(pool_layout, kinds, base), runs, layout.where, snapshot.now,
                      totals if counted else None)
+    if snapshot.topology is not None:
+        pool.index.islands = snapshot.topology.islands
+        pool.topology = snapshot.topology
     if pool_layout.units:
         # A team holding replicas of a time-sliced GPU keeps its free replicas to itself.
         pool.claims = claims_for(pool.index, snapshot.pools, ((r.gpu_ids, r.team) for r in runs))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from allocation.policy.idle import IdleReclaim
+from allocation.policy.topology import TopologyView
 from allocation.policy.where import WORKLOADS
 
 
@@ -118,6 +119,10 @@ class RequestView:
     # ("" none), see where.py.
     workload: str = ""
     selector: str = ""
+    # Topology (topology.py): the level its GPUs should stay within ("" the default) and
+    # whether it waits rather than be placed across (`required`).
+    within: str = ""
+    within_required: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,8 @@ class Snapshot:
     pools: Mapping[str, PoolView] = field(default_factory=dict)  # pool name -> its settings
     # Advance reservations not yet ended (reservations.py); () costs nothing.
     reservations: tuple[ReservationView, ...] = ()
+    # NVLink islands and the levels above hosts (topology.py); None: topology-blind.
+    topology: TopologyView | None = None
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,8 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                  min_driver_version: str = "", min_cuda_version: str = "",
                  ttl_seconds: int | None = None, same_host: bool = True,
                  requeue_on_loss: bool = False, binding: dict[str, Any] | None = None,
-                 selector: dict[str, Any] | None = None, idempotency_key: str = "") -> tuple[Lease, bool]:
+                 selector: dict[str, Any] | None = None, idempotency_key: str = "",
+                 topology: dict[str, Any] | None = None) -> tuple[Lease, bool]:
     """Create a pending lease; returns (lease, created). `pool` is a Pool or its name (an
     unknown name is an `invalid` error on the field `pool`). A repeated Idempotency-Key with the
     same body returns the first lease (created=False); with a different body it is a Conflict.
@@ -148,6 +149,8 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
                "min_driver_version": min_driver_version, "min_cuda_version": min_cuda_version}
     if selector:  # only when given, so that the fingerprints of earlier keys still match
         request["selector"] = selector
+    if topology:
+        request["topology"] = topology
     fingerprint = _fingerprint(request)
     try:
         resolved = _resolve(user, pool, team, priority_class)
@@ -173,7 +176,8 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
                   gpu_count=gpus, model=model, min_memory_mb=min_memory_mb,
                   min_driver_version=min_driver_version, min_cuda_version=min_cuda_version,
-                  same_host=same_host, selector=selector or {}, requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
+                  same_host=same_host, selector=selector or {}, topology=topology or {},
+                  requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
                   binding_kind=(binding or {}).get("kind", BindingKind.NONE),
                   binding_spec=binding or {}, idempotency_key=idempotency_key,
                   request_fingerprint=fingerprint, reason=reason, pending_code=PendingCode.NEXT_PASS)

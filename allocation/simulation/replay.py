@@ -43,6 +43,7 @@ from allocation.policy import get_policy
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.matching import Constraint, GroupKey, Kind, kind_eligible, kind_of, model_alternatives
 from allocation.policy.replay import Job, Replay
+from allocation.policy.replay_topology import TopologyReplay, racks_of
 from allocation.policy.types import GpuView, PoolView, PriorityClassView, QuotaView
 from allocation.simulation.where import BINDINGS, TraceError, check_sources, request_extras, tag_fleet
 
@@ -358,11 +359,14 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
              policy_name: str = "fair", *, restart: bool = False,
              pools: Mapping[str, PoolView] | None = None,
              gpu_sources: Mapping[int, str] | None = None,
-             parents: Mapping[str, str] | None = None) -> dict[str, Any]:
+             parents: Mapping[str, str] | None = None, rack_size: int = 0,
+             topology_aware: bool = True) -> dict[str, Any]:
     """Replay `jobs` on `fleet` through policy `policy_name`; returns the CONTRACT's metrics.
     `pools`: the pools' settings (`pool_views`); a pool left out has the defaults.
     `gpu_sources`: each GPU's source name, for jobs steered to a source (`Job.source`).
     `parents`: the team tree (team -> parent); the result then has `jain_index_by_level`.
+    `rack_size` > 0: hosts in racks of that many, measured (and, `topology_aware`, given to the
+    policy) by `allocation.policy.replay_topology`.
     Raises TraceError for a job naming an unknown priority class or source, RuntimeError if
     the policy ever grants a GPU twice or preempts an ending lease."""
     known = set(priority_classes) | {""}
@@ -374,9 +378,11 @@ def simulate(jobs: Sequence[Job], fleet: tuple[GpuView, ...], teams: Mapping[str
     started = time.perf_counter()
     fleet = tag_fleet(fleet, gpu_sources or {}, jobs)
     extras = {j.index: extra for j in jobs if (extra := request_extras(j))}
-    replay = Replay(jobs, fleet, teams, quotas, priority_classes, half_life_s,
-                    get_policy(policy_name), _pools_for(jobs, fleet, extras), restart, pools=pools,
-                    extras=extras, parents=parents)
+    args = (jobs, fleet, teams, quotas, priority_classes, half_life_s, get_policy(policy_name),
+            _pools_for(jobs, fleet, extras), restart)
+    replay = (TopologyReplay(*args, pools=pools, extras=extras, parents=parents,
+                             racks=racks_of(fleet, rack_size), aware=topology_aware)
+              if rack_size > 0 else Replay(*args, pools=pools, extras=extras, parents=parents))
     result = replay.run()
     result["wall_s"] = round(time.perf_counter() - started, 3)
     return result

@@ -83,6 +83,9 @@ def lease_request_options(fn: F) -> F:
         click.option("--source", multiple=True, metavar="NAME", help="only hosts of this source (repeatable: any)"),
         click.option("--host", help="only this host"),
         click.option("--label", multiple=True, metavar="KEY=VALUE", help="only hosts with this label (all)"),
+        click.option("--topology", metavar="LEVEL[:MODE]",
+                     help="keep the GPUs within one nvlink island, host, or configured level (rack, block, "
+                          "zone…); MODE required (wait rather than split) or preferred (default)"),
         click.option("--timeout", help="give up waiting (and cancel the lease) after this long, e.g. 10m; exit 124"),
         click.option("--poll", type=float, default=1.0, hidden=True),
     ]):

@@ -46,7 +46,17 @@ def request_body(ctx: Ctx, opts: dict[str, Any], binding: dict[str, Any] | None 
     selector = _selector(opts)
     if selector:
         body["selector"] = selector
+    if opts.get("topology"):
+        body["topology"] = topology_option(opts["topology"])
     return body
+
+
+def topology_option(text: str) -> dict[str, str]:
+    """`--topology rack`, `rack:required`, `nvlink:preferred` as the lease's topology object."""
+    within, _, mode = text.partition(":")
+    if not within.strip() or mode.strip() not in ("", "required", "preferred"):
+        raise UsageError(f"--topology takes LEVEL[:required|preferred], got {text!r}")
+    return {"within": within.strip(), "mode": mode.strip() or "preferred"}
 
 
 def _selector(opts: dict[str, Any]) -> dict[str, Any]:

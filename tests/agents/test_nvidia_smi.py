@@ -233,11 +233,12 @@ def report(sections: dict[str, tuple[str, int]]) -> str:
 
 def fleet_report(fleet: Path) -> str:
     files = {smi_report.SECTION_VERSIONS: "q", smi_report.SECTION_QUERY_GPU: "query-gpu",
-             smi_report.SECTION_LIST: "list", smi_report.SECTION_COMPUTE_APPS: "compute-apps"}  # fmt: skip
+             smi_report.SECTION_LIST: "list", smi_report.SECTION_COMPUTE_APPS: "compute-apps",
+             smi_report.SECTION_TOPO: "topo"}  # fmt: skip
     return report({
         name: ((fleet / f"{f}.txt").read_text(),
                int((fleet / f"{f}.rc").read_text()) if (fleet / f"{f}.rc").exists() else 0)
-        for name, f in files.items()
+        for name, f in files.items() if (fleet / f"{f}.txt").exists()
     })  # fmt: skip
 
 
@@ -256,6 +257,13 @@ def test_report_of_h100_mig_host_merges_csv_and_list(fleets: Path) -> None:
     assert len(parents) == 8 and len(gpus) == 64
     assert all(p.memory_mb == 81559 and p.power_w == 433.78 for p in parents)
     assert gpus[1].parent_uuid == parents[0].uuid == "GPU-63d1e50a-b952-d15c-0740-12bc14859142"
+
+
+def test_report_of_h100_host_puts_every_gpu_and_mig_device_in_its_nvswitch_island(fleets: Path) -> None:
+    _, _, gpus = smi_report.parse_host_report(fleet_report(fleets / "h100-mig"))
+    assert {g.nvlink_island for g in gpus} == {"nvl0"}  # MIG devices in their parent's island
+    _, _, (t4,) = smi_report.parse_host_report(fleet_report(fleets / "t4"))
+    assert t4.nvlink_island == ""  # no topo section: unknown
 
 
 def test_report_of_t4_host_has_versions_and_compute_process(fleets: Path) -> None:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.renderers import JSONRenderer as StockJSONRenderer
 
 from allocation.api.lease_json import lease_dict, lease_dicts
-from allocation.api.serializers import LeaseSerializer
+from allocation.api.lease_topology import LeaseSerializer
 from allocation.engine import run_pass
 from allocation.models import Lease
 from allocation.selectors import lease_list

@@ -14,6 +14,7 @@ from allocation.policy import codes
 from allocation.policy.codes import PendingCode
 from allocation.policy.fair import schedule as fair
 from allocation.policy.fifo import schedule as fifo
+from allocation.policy.topology import TopologyView
 from allocation.policy.types import Decisions, PoolView, QuotaView, ReservationView, RunningView, Snapshot
 from allocation.policy.where import selector_of
 from tests.policy.factories import fleet, ids, pendings, quotas, req, run, snap
@@ -45,6 +46,10 @@ SCENARIOS: dict[PendingCode, Callable[[], Snapshot]] = {
     PendingCode.RESERVATION: lambda: snap(GPUS, [req("x", "b", 12, same_host=False)], now=NOW, reservations=(
         ReservationView("r1", "a", "p", 8, NOW - 60, NOW + 3600),)),
     PendingCode.NO_CAPACITY: lambda: snap(GPUS, [req("x", "a", 4)], _full()),
+    PendingCode.TOPOLOGY: lambda: snap(
+        GPUS, [req("x", "a", 12, same_host=False, within="rack", within_required=True)],
+        [run("r0", "z", ids(GPUS)[:2]), run("r1", "z", ids(GPUS)[8:10])],
+        topology=TopologyView(("rack",), {"node-0": ("r0",), "node-1": ("r1",)})),
     PendingCode.BEHIND_HIGHER_PRIORITY: lambda: snap(
         GPUS, [req("head", "a", 8, priority=5), req("x", "b", 2, created_at=1, expected_duration_s=3000)],
         [run("r0", "z", ids(GPUS, "node-0")[:6], expected_end=NOW + 1000),
@@ -75,7 +80,7 @@ def test_the_fair_policy_gives_each_code_where_its_reason_applies(code: PendingC
 
 FIFO = (PendingCode.NO_GPUS, PendingCode.NO_MATCH, PendingCode.SELECTOR, PendingCode.TOO_BIG,
         PendingCode.OVER_LIMIT, PendingCode.AT_LIMIT, PendingCode.LENDING_LIMIT, PendingCode.RESERVATION,
-        PendingCode.NO_CAPACITY)
+        PendingCode.NO_CAPACITY, PendingCode.TOPOLOGY)
 
 
 @pytest.mark.parametrize("code", FIFO, ids=str)

@@ -267,7 +267,8 @@ def write_fleet(fleets: Path, name: str) -> Path:
     `[Not Supported]`, one process with pid `[Not Supported]`); titanx-2: the same host after GPU
     2 vanished. t4 / p100x2: from the `-q -x` captures (values unchanged). p100x2-lost: the second
     P100 fell off the bus. h100-mig: the 8-GPU, 56-MIG-device `-L` capture, each GPU with the
-    one captured H100 query-gpu row's telemetry. nodriver: the driver is not loaded.
+    one captured H100 query-gpu row's telemetry,
+    and the DGX H100 `topo -m` capture (one NVSwitch island). nodriver: the driver is not loaded.
     """
     fleet = fleets / name
     if name in ("titanx", "titanx-2"):
@@ -303,7 +304,8 @@ def write_fleet(fleets: Path, name: str) -> Path:
         rows = [{**captured, "index": str(i), "uuid": line.split("UUID: ")[1].rstrip(")")}
                 for i, line in enumerate(gpus)]  # fmt: skip
         _write(fleet, query_gpu="".join(_gpu_line(r) + "\n" for r in rows), list=listing,
-               compute_apps="", q=_q_header(captured["driver_version"]))  # fmt: skip
+               compute_apps="", q=_q_header(captured["driver_version"]),
+               topo=(FIXTURES.parent / "nvidia-smi-topo" / "dgx-h100-8gpu-nv18.txt").read_text())  # fmt: skip
     elif name == "nodriver":
         _write(fleet, query_gpu=NO_DRIVER, list=NO_DRIVER, compute_apps=NO_DRIVER, q=NO_DRIVER)
         for out in ("query-gpu", "list", "compute-apps", "q"):

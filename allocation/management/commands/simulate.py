@@ -7,6 +7,7 @@ Thin: reading, replaying and measuring live in `allocation.simulation.replay`, t
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -14,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from allocation.config import ConfigError
 from allocation.simulation.live import LiveFleetError, live_fleet
 from allocation.simulation.replay import TraceError, load_sim_config, load_trace, simulate
+from allocation.simulation.topology import compare, scale_jobs
 
 
 class Command(BaseCommand):
@@ -34,6 +36,12 @@ class Command(BaseCommand):
         parser.add_argument("--policy", default="fair", choices=["fair", "fifo"])
         parser.add_argument("--restart", action="store_true",
                             help="preempted jobs start over instead of resuming")
+        parser.add_argument("--racks", type=int, default=0, metavar="N",
+                            help="hosts in racks of N: replay topology-aware and topology-blind in one run "
+                                 "and report gangs within one rack and fragmentation for both")
+        parser.add_argument("--gpu-scale", type=int, default=1, metavar="K",
+                            help="every job asks for K times its GPUs (multi-host gangs from a trace of "
+                                 "single-node jobs)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         trace = _trace_path(opts)
@@ -52,13 +60,14 @@ class Command(BaseCommand):
                 cfg, fleet = found.config, found.fleet
             else:
                 cfg = load_sim_config(opts["config"])
-            jobs = load_trace(trace)
+            jobs = scale_jobs(load_trace(trace), opts["gpu_scale"])
             if not cfg.gpus:
                 raise CommandError(f"{opts['config']}: no `simulated` source, so no fleet to "
                                    "replay on")
-            result = simulate(jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes,
-                              cfg.half_life_s, opts["policy"], restart=opts["restart"],
-                              pools=cfg.pools, gpu_sources=cfg.gpu_sources, parents=cfg.parents)
+            run = partial(simulate, jobs, cfg.gpus, cfg.teams, cfg.quotas, cfg.priority_classes,
+                          cfg.half_life_s, opts["policy"], restart=opts["restart"],
+                          pools=cfg.pools, gpu_sources=cfg.gpu_sources, parents=cfg.parents)
+            result = compare(run, opts["racks"]) if opts["racks"] > 0 else run()
         except ConfigError as exc:
             raise CommandError("invalid config:\n" + "\n".join(exc.errors)) from None
         except (TraceError, LiveFleetError, OSError) as exc:
