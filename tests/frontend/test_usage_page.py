@@ -56,7 +56,7 @@ def test_an_admin_sees_every_team_in_the_chart_and_the_table(metered: Any, clien
 def test_a_member_sees_their_team_only(metered: Any, client_for: Any) -> None:
     html = client_for(metered.users["alice"]).get(f"/usage/?{WINDOW}&group_by=user").content.decode()
     assert _chart(html)["series"] == {"vision": [0.0, 16.0, 0.0]}
-    assert '<td data-label="user">alice</td>' in html and "dave" not in html.split('id="usage-table"')[1]
+    assert '<td data-label="User">alice</td>' in html and "dave" not in html.split('id="usage-table"')[1]
 
 
 def test_the_csv_is_the_table_as_a_download(metered: Any, client_for: Any) -> None:
