@@ -20,7 +20,7 @@ from allocation.selectors import lease_list, quota_list, team_gpus_held
 from allocation.selectors.idle import idle_by_lease, idle_gpus_by_team_and_pool
 from allocation.services.budgets import budget_statuses
 
-ROWS = 50  # leases and queued requests shown on a team page; the rest are a link away
+ROWS = 25  # leases and queued requests shown on a team page; the rest are a link away
 
 
 @dataclass

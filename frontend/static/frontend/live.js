@@ -43,16 +43,16 @@
     var text = el.querySelector("[data-live-text]");
     var at = new Date(last);
     var time = '<time datetime="' + at.toISOString() + '" title="' + utc(at) + '">' + clock(at) + "</time>";
-    if (why) {
-      text.innerHTML = "stale — last update " + time + ", " + why;
-      el.classList.add("stale");
-      document.body.classList.add("is-stale");
-    } else {
-      text.innerHTML = "Updated " + time + " · every " + every + " s";
-      el.classList.remove("stale");
-      document.body.classList.remove("is-stale");
+    var html = why ? "stale — last update " + time + ", " + why : "Updated " + time + " · every " + every + " s";
+    if (text.innerHTML !== html) text.innerHTML = html;
+    var state = why ? "stale" : "live";
+    el.classList.toggle("stale", !!why);
+    document.body.classList.toggle("is-stale", !!why);
+    if (el.dataset.state && el.dataset.state !== state) {
+      var say = el.querySelector("[data-live-announce]");
+      if (say) say.textContent = why ? "This page is stale: " + why + "." : "Updates are back.";
     }
-    el.dataset.state = why ? "stale" : "live";
+    el.dataset.state = state;
   }
 
   function updated() { last = Date.now(); failing = ""; render(); }
