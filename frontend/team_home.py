@@ -87,14 +87,16 @@ class TeamHome:
 
 def team_home(*, user: Any, team: Team, now: datetime) -> TeamHome:
     """`team`'s page as `user` sees it (the caller checked that the team is visible)."""
-    quotas = [q for q in quota_list(user=user) if q.team_id == team.pk]
+    quotas = quota_list(user=user, team_ids=[team.pk])
     idle_pools = {pool_id: n for (team_id, pool_id), n in idle_gpus_by_team_and_pool(now=now).items()
                   if team_id == team.pk}
-    mine = lease_list(user=user).filter(team=team)
+    # Only what the rows show is joined: no GPU links (the lease's own page lists its GPUs).
+    mine = lease_list(user=user, related=False).filter(team=team)
+    shown = mine.select_related("pool", "user", "host", "priority_class")
     holding = mine.filter(state__in=HOLDING_STATES)
-    leases = list(holding[:ROWS])
-    pending = lease_list(user=user, related=False).filter(team=team, state=LeaseState.PENDING)
-    queue = list(mine.filter(state=LeaseState.PENDING)
+    leases = list(shown.filter(state__in=HOLDING_STATES)[:ROWS])
+    pending = mine.filter(state=LeaseState.PENDING)
+    queue = list(shown.filter(state=LeaseState.PENDING)
                  .order_by("pool__name", F("queue_position").asc(nulls_last=True), "created_at", "pk")[:ROWS])
     counts = pending.aggregate(n=Count("pk"), gpus=Sum("gpu_count"))
     idle = idle_by_lease([lease.pk for lease in leases], now=now)

@@ -78,6 +78,8 @@ def test_a_members_first_page_is_their_team_with_its_leases(live_server: Any, bi
         assert cell.evaluate("(a) => a.getClientRects().length") == 1, width
     page.set_viewport_size({"width": 1280, "height": 900})
     assert page.locator("[data-live-status]").get_attribute("data-state") == "live"
+    # The time is the viewer's, the UTC one on hover.
+    assert page.locator("[data-live-status] time").get_attribute("title").endswith(" UTC")
     shoot(page, shots, "team-home-member")
 
     # The live part polls: a request made meanwhile shows up in the queue without a reload.

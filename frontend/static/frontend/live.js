@@ -27,7 +27,12 @@
     (root || document).querySelectorAll("time[data-local]").forEach(function (el) {
       var d = new Date(el.getAttribute("datetime"));
       if (isNaN(d.getTime())) return;
-      el.textContent = el.dataset.local === "time" ? clock(d) : day(d) + " " + clock(d);
+      var mode = el.dataset.local;
+      if (mode === "title") {  // a relative time ("5 min ago"): the moment itself on hover
+        el.title = day(d) + " " + clock(d) + (zone() ? " " + zone() : "") + " · " + utc(d);
+        return;
+      }
+      el.textContent = mode === "time" ? clock(d) : day(d) + " " + clock(d);
       el.title = utc(d) + (zone() ? " (shown in " + zone() + ")" : "");
     });
   }
