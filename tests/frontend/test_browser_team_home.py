@@ -89,6 +89,14 @@ def test_a_members_first_page_is_their_team_with_its_leases(live_server: Any, bi
     page.wait_for_function("() => document.querySelector('[data-count=\"queue\"]').innerText"
                            ".startsWith('21 waiting')")
 
+    # A lease's own page refreshes too (it polls itself and swaps its live part in).
+    rows.first.locator("a.mono").click()
+    page.wait_for_selector("#lease-live")
+    with page.expect_response(lambda r: "/leases/" in r.url and r.request.headers.get("hx-request") == "true"):
+        pass
+    page.wait_for_function("() => document.querySelector('[data-live-status]').dataset.state === 'live'")
+    assert page.locator("#lease-live #lease-state").inner_text() == "Granted"
+
     page.goto(f"{base}/teams/")
     assert page.locator('[data-team="vision-research"] [data-t="held"]').inner_text() == "6,000"
     assert page.locator(".team-row").count() == 1  # only her team
