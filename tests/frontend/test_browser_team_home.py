@@ -146,3 +146,7 @@ def test_a_page_whose_server_stopped_says_stale(make_user: Any, apply_yaml: Any,
     assert page.evaluate("document.body.classList.contains('is-stale')")
     print(f"stale shown {took:.1f} s after the server stopped: {text!r}")
     shoot(page, artifacts / "screenshots", "stale-team-home")
+    # The page's chart scale (palette.js) tells 30 teams apart: no two share colour and pattern.
+    kinds = page.evaluate("""() => Array.from({length: 30}, (_, i) => window.gpupoolPalette.color(i) + "/" +
+                                   window.gpupoolPalette.dash(i).join(","))""")
+    assert len(set(kinds)) == 30
