@@ -11,7 +11,9 @@ Each page is rendered in this process through Django's test client (the server's
 templates; no network, no browser), median of `--repeat` after one warm-up. The target is
 ≤ 300 ms a page; `/healthz` is the baseline measured in the same run.
 
-The history pages (pool, team, GPU, and their JSON) read a day of 1-minute points and 90 days of
+The role homes (`/teams/`, `/pools/`, a team's page) are measured as the admin, and the overview and
+teams list again as a member of team-0, whose overview is the team's page (400 leases held, 1,000
+waiting). The history pages (pool, team, GPU, and their JSON) read a day of 1-minute points and 90 days of
 hourly points for the pool, its teams and its model, and 90 days of hourly telemetry for 100 GPUs
 (bench/history_seed.py); the minute's recording (`history_record`, the beat task's work) is timed
 on the same fleet.
@@ -24,6 +26,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -37,7 +40,9 @@ PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?sta
          "/fleet/?q=node-1", "/queue/", "/queue/?page=150", "/queue/?team=team-3&sort=size&q=bench",
          "/leases/", "/leases/?state=granted&page=60", "/leases/?model=h100&sort=team",
          "/audit/", "/audit/?page=300", "/audit/?kind=lease&window=24h&q=granted",
-         "/capacity/"]
+         "/capacity/", "/teams/", "/pools/", "/teams/team-0/?range=1h"]
+# As a member of team-0 (400 leases held, 1,000 waiting): the overview is the team's page.
+MEMBER_PAGES = ["/", "/teams/"]
 
 
 def build(hosts: int, pending: int) -> None:
@@ -180,13 +185,25 @@ def measure_gpu_hour() -> tuple[float, int]:
     return time.perf_counter() - start, GpuPoint.objects.filter(at=hour).count()
 
 
-def measure(repeat: int, pages: list[str], only: str = "") -> dict[str, float]:
+def _member() -> Any:
+    """A member of team-0 only (not an admin)."""
+    from django.contrib.auth import get_user_model
+
+    from allocation.models import Team
+
+    member, _ = get_user_model().objects.get_or_create(username="member")
+    Team.objects.get(name="team-0").members.add(member)
+    return member
+
+
+def measure(repeat: int, pages: list[str], only: str = "", user: Any = None) -> dict[str, float]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
+    if user is None:
+        user, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
     client = Client()
-    client.force_login(admin)
+    client.force_login(user)
     out = {}
     for path in pages:
         if only and only not in path and path != "/healthz":
@@ -225,6 +242,8 @@ def main() -> None:
         profile(args.profile, args.only)
     gpu = build_history()
     times = measure(args.repeat, PAGES + [page.format(gpu=gpu) for page in HISTORY_PAGES], args.only)
+    member = measure(args.repeat, MEMBER_PAGES, args.only, user=_member())
+    times.update({f"{path} (member of team-0)": seconds for path, seconds in member.items()})
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")

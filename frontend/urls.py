@@ -28,8 +28,11 @@ urlpatterns = [
     path("usage/", views.usage, name="usage"),
     path("usage.csv", views.usage_csv, name="usage-csv"),
     path("capacity/", views.capacity, name="capacity"),
+    path("pools/", views.pools, name="pools"),
     path("pools/<slug:name>/", views.pool_history_page, name="pool-history"),
-    path("teams/<slug:name>/", views.team_history_page, name="team-history"),
+    path("teams/", views.teams, name="teams"),
+    # A team's page: its quotas, leases, queue, members, budgets, reservations and history charts.
+    path("teams/<slug:name>/", views.team_page, name="team"),
     # A GPU's UUID may hold slashes (old MIG device names: MIG-GPU-…/1/0).
     re_path(r"^gpus/(?P<uuid>.+)/$", views.gpu_history_page, name="gpu-history"),
     path("capacity/preview/", views.capacity_preview_view, name="capacity-preview"),

@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # intcomma: the dashboard's numbers with thousands separators
     "rest_framework",
     # rest_framework.authtoken is gone: core's ApiToken replaced it (hashed keys; core migration
     # 0002 moved the old keys over and dropped their plain-text table).

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-8000}"
+# Loopback unless told otherwise: the banner prints the admin login, and the demo's passwords are known.
+BIND="${GPUPOOL_BIND:-127.0.0.1}"
 PY=.venv/bin/python
 export DJANGO_SETTINGS_MODULE=pool.settings
 VAR="${GPUPOOL_VAR_DIR:-var}"  # where settings keep state, logs and the embedded engines
@@ -41,22 +43,52 @@ pids+=($!)
 .venv/bin/celery -A pool beat --loglevel INFO \
   >"$VAR/log/beat.log" 2>&1 &
 pids+=($!)
-.venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "0.0.0.0:${PORT}" --workers 2 \
+.venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "${BIND}:${PORT}" --workers 2 \
   --access-logfile "$VAR/log/access.log" --error-logfile "$VAR/log/web.log" &
 pids+=($!)
 
+case "$BIND" in 0.0.0.0|::|localhost) probe=127.0.0.1 ;; *) probe="$BIND" ;; esac
 for _ in $(seq 1 120); do
-  if $PY - "$PORT" <<'PYEOF' 2>/dev/null; then break; fi
+  if $PY - "$probe" "$PORT" <<'PYEOF' 2>/dev/null; then break; fi
 import sys, urllib.request
-urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/healthz", timeout=1)
+urllib.request.urlopen(f"http://{sys.argv[1]}:{sys.argv[2]}/healthz", timeout=1)
 PYEOF
   sleep 0.5
 done
 
-if [ ${#embedded[@]} -gt 0 ]; then engines="embedded ${embedded[*]} under $VAR/"; else engines="on your PostgreSQL and Redis"; fi
+# What it runs on, read from the URLs every process got (passwords left out).
+where() {
+  $PY - "$1" "$2" "$VAR" <<'PYEOF'
+import sys
+from urllib.parse import unquote, urlsplit
+url, embedded, var = urlsplit(sys.argv[1]), sys.argv[2] == "1", sys.argv[3]
+host = unquote(url.netloc.rpartition("@")[2])
+if url.scheme == "unix" or host.startswith("/"):
+    place = "a Unix socket"
+else:
+    place = f"{url.hostname}:{url.port}" if url.port else str(url.hostname)
+if url.scheme.startswith("postgres"):
+    place += f", database {url.path.lstrip('/')}"
+print(f"embedded, under {var}/ ({place})" if embedded else place)
+PYEOF
+}
+db_embedded=0; [[ " ${embedded[*]} " == *" PostgreSQL "* ]] && db_embedded=1
+redis_embedded=0; [[ " ${embedded[*]} " == *" Redis "* ]] && redis_embedded=1
+db_line="PostgreSQL $(where "${DATABASE_URL:-}" "$db_embedded")"
+if [ -n "${REDIS_URL:-}" ]; then redis_line="Redis $(where "$REDIS_URL" "$redis_embedded")"; else redis_line="Redis via Sentinel (REDIS_SENTINELS)"; fi
+[ "$db_embedded" = 1 ] || db_line="$db_line  (from DATABASE_URL)"
+[ "$redis_embedded" = 1 ] || [ -z "${REDIS_URL:-}" ] || redis_line="$redis_line  (from REDIS_URL)"
+if [ "$BIND" = 127.0.0.1 ] || [ "$BIND" = localhost ] || [ "$BIND" = ::1 ]; then
+  reach="this machine only (GPUPOOL_BIND=0.0.0.0 serves others)"
+else
+  reach="every interface matching $BIND: change the demo passwords first"
+fi
 cat <<TXT
 
-  gpupool is running (${engines}).
+  gpupool is running.
+  Database:   ${db_line}
+  Queue:      ${redis_line}
+  Listening:  ${BIND}:${PORT}, ${reach}
   Dashboard:  http://localhost:${PORT}/
   Login:      ${LOGIN}
   API:        http://localhost:${PORT}/api/v1/   docs: http://localhost:${PORT}/api/docs/

@@ -114,16 +114,20 @@ def team_list(*, user: Any) -> QuerySet[Team]:
     return qs if is_pool_admin(user) else qs.filter(members=user)
 
 
-def quota_list(*, user: Any) -> list[Quota]:
-    """Quotas visible to `user`, each with `used`, `borrowed` and `pending` GPU counts set
-    (three queries in all)."""
+def quota_list(*, user: Any, team_ids: Iterable[int] | None = None) -> list[Quota]:
+    """Quotas visible to `user` (of `team_ids` only, when given: one team's page counts only its
+    own GPUs), each with `used`, `borrowed` and `pending` GPU counts set (three queries in all)."""
     qs = Quota.objects.select_related("team", "pool").order_by("team__name", "pool__name")
+    pending_leases = Lease.objects.filter(state=LeaseState.PENDING)
+    if team_ids is not None:
+        team_ids = list(team_ids)
+        qs, pending_leases = qs.filter(team_id__in=team_ids), pending_leases.filter(team_id__in=team_ids)
     if not is_pool_admin(user):
         qs = qs.filter(team__members=user)
     quotas = list(qs)
-    used = team_gpus_held()
-    pending = {(r["team_id"], r["pool_id"]): r["n"] for r in Lease.objects.filter(
-        state=LeaseState.PENDING).values("team_id", "pool_id").annotate(n=Sum("gpu_count"))}
+    used = team_gpus_held(team_ids)
+    pending = {(r["team_id"], r["pool_id"]): r["n"] for r in pending_leases.values("team_id", "pool_id")
+               .annotate(n=Sum("gpu_count"))}
     for quota in quotas:
         quota.used, quota.borrowed = used.get((quota.team_id, quota.pool_id), Held(0, 0))
         quota.pending = pending.get((quota.team_id, quota.pool_id), 0)

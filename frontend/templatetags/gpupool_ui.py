@@ -101,3 +101,9 @@ def query_with(context: dict[str, Any], **changes: Any) -> str:
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
 
+
+
+@register.filter
+def get_item(mapping: dict[str, Any] | None, key: Any) -> Any:
+    """`mapping[str(key)]`, or None: a template's lookup by a variable key (a lease id)."""
+    return (mapping or {}).get(str(key))

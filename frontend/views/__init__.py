@@ -3,7 +3,7 @@
 from frontend.views.audit import audit
 from frontend.views.capacity import capacity, capacity_confirm_view, capacity_preview_view
 from frontend.views.fleet import fleet, host_action
-from frontend.views.history import gpu_history_page, pool_history_page, team_history_page
+from frontend.views.history import gpu_history_page, pool_history_page
 from frontend.views.leases import (
     lease_detail,
     lease_release_view,
@@ -14,11 +14,12 @@ from frontend.views.leases import (
 )
 from frontend.views.overview import overview
 from frontend.views.quotas import quota_edit, quotas, team_weight
+from frontend.views.teams import pools, team_page, teams
 from frontend.views.usage import usage, usage_csv
 
 __all__ = [
     "audit", "capacity", "capacity_confirm_view", "capacity_preview_view", "fleet", "gpu_history_page",
     "host_action", "lease_detail", "lease_release_view", "lease_renew_view", "leases", "overview",
-    "pool_history_page", "queue", "quota_edit", "quotas", "reservation_cancel_view", "team_history_page",
-    "team_weight", "usage", "usage_csv",
+    "pool_history_page", "pools", "queue", "quota_edit", "quotas", "reservation_cancel_view", "team_page",
+    "team_weight", "teams", "usage", "usage_csv",
 ]

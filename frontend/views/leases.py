@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from allocation.choices import ACTIVE_STATES
 from allocation.models import AuditEvent, Lease, PriorityClass
@@ -21,6 +22,16 @@ from frontend.lease_lists import lease_spec, leases_page, queue_page, queue_spec
 from frontend.list_page import list_context
 from frontend.selectors import pool_names
 from frontend.timeline import reservation_timeline
+
+
+def _back(request: HttpRequest, default: HttpResponse) -> HttpResponse:
+    """Where a button's POST returns: its form's `next` (the team page's buttons come back to it)
+    when that is a path on this site, else `default`."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return redirect(target)
+    return default
 
 
 def _team_names(request: HttpRequest) -> list[str]:
@@ -50,7 +61,7 @@ def reservation_cancel_view(request: HttpRequest, reservation_id: int) -> HttpRe
         messages.success(request, f"Reservation {reservation.pk} is cancelled.")
     except DomainError as exc:
         messages.error(request, exc.message)
-    return redirect("frontend:queue")
+    return _back(request, redirect("frontend:queue"))
 
 
 @login_required
@@ -101,13 +112,13 @@ def _act(request: HttpRequest, lease_id: str, verb: str) -> HttpResponse:
             if not renew.is_valid():
                 errors = (str(e) for errs in renew.errors.values() for e in errs)
                 messages.error(request, "Not renewed: " + " ".join(errors))
-                return redirect("frontend:lease-detail", lease_id=lease.pk)
+                return _back(request, redirect("frontend:lease-detail", lease_id=lease.pk))
             lease = lease_renew(lease=lease, actor=actor, ttl_seconds=renew.cleaned_data["ttl_seconds"])
             until = f"{lease.expires_at:%Y-%m-%d %H:%M:%S} UTC" if lease.expires_at else "its grant"
             messages.success(request, f"Lease {str(lease.pk)[:8]} renewed: it now runs until {until}.")
     except DomainError as exc:
         messages.error(request, exc.message)
-    return redirect("frontend:lease-detail", lease_id=lease.pk)
+    return _back(request, redirect("frontend:lease-detail", lease_id=lease.pk))
 
 
 @login_required

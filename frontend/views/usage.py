@@ -20,6 +20,21 @@ from frontend.access import login_required
 from frontend.forms import UsageForm
 from inventory.models import Pool
 
+# The table's column titles in words (the CSV keeps the API's keys, for spreadsheets and scripts).
+COLUMN_TITLES = {"team": "Team", "pool": "Pool", "model": "Model", "user": "User", "day": "Day (UTC)",
+                 "gpu_hours": "GPU-hours", "idle_gpu_hours": "Idle GPU-hours", "cost": "Cost",
+                 "unpriced_gpu_hours": "Unpriced GPU-hours"}
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[tuple[str, str]]]]:
+    """The report's table as the page shows it: titles in words, numbers with thousands separators."""
+    titles = [COLUMN_TITLES.get(h, h.replace("_", " ").capitalize()) for h in headers]
+    shown = []
+    for row in rows:
+        cells = [row[0], *(f"{float(cell):,.2f}" for cell in row[1:])]
+        shown.append(list(zip(titles, cells, strict=True)))
+    return titles, shown
+
 
 def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
@@ -51,12 +66,11 @@ def usage(request: HttpRequest) -> HttpResponse:
         except DomainError as exc:
             context["error"], status = exc.message, 400
         else:
-            headers, rows = report_table(report)
+            headers, rows = _table(*report_table(report))
             teams = team_list(user=request.user) if query.team is None else team_list(user=request.user).filter(
                 name=query.team)
             context.update(
-                chart={"days": days, "series": series}, report=report, headers=headers,
-                rows=[list(zip(headers, row, strict=True)) for row in rows],
+                chart={"days": days, "series": series}, report=report, headers=headers, rows=rows,
                 budgets=budget_statuses(team_ids=list(teams.values_list("pk", flat=True))),
                 csv_url=f"{reverse('frontend:usage-csv')}?{request.GET.urlencode()}")
     return render(request, "frontend/usage.html", context, status=status)

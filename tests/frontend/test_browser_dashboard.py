@@ -71,8 +71,11 @@ def test_member_sees_their_teams_and_numbers_match_the_api(live_server: Any, see
     assert page.get_by_role("button", name=re.compile("Save quota")).count() == 0  # members cannot edit
     shoot(page, shots, "quotas-member")
 
-    page.goto(f"{base}/")
+    page.goto(f"{base}/")  # a member's overview is their team's page
     assert page.locator("nav").get_by_role("link", name="Capacity").count() == 0
+    assert page.get_by_role("heading", level=1).inner_text() == "Team research"
+    shoot(page, shots, "overview-member")
+    page.goto(f"{base}/pools/")  # the fleet summary a member still reaches
     training = page.locator("section.pool-card", has=page.get_by_role("heading", name="training"))
     assert training.locator('[data-stat="capacity"]').inner_text() == "32"
     assert training.locator('[data-stat="allocated"]').inner_text() == "24"
@@ -80,7 +83,7 @@ def test_member_sees_their_teams_and_numbers_match_the_api(live_server: Any, see
     assert chart.get_attribute("aria-label").startswith("Mean GPU utilisation: latest")
     # Chart.js drew it: the line's colour is on the canvas.
     assert series_pixels(chart) > 100
-    shoot(page, shots, "overview-member")
+    shoot(page, shots, "pools-member-seeded")
 
     page.goto(f"{base}/queue/")
     rows = page.locator("#queue-table tbody tr")

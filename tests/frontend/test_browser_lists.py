@@ -74,8 +74,8 @@ def test_admin_filters_and_pages_every_list(live_server: Any, big_fleet: Any, pa
 
     # Fleet: 2,000 hosts, 50 a page; the legend counts every GPU, not the page.
     page.goto(f"{base}/fleet/")
-    assert count_line(page) == "Hosts 1–50 of 2000" and page.locator(".host-card").count() == 50
-    assert page.locator('[data-legend="leased"]').inner_text() == "Leased: 12000"
+    assert count_line(page) == "Hosts 1–50 of 2,000" and page.locator(".host-card").count() == 50
+    assert page.locator('[data-legend="leased"]').inner_text() == "Leased: 12,000"
     page.locator("#fleet-pool").select_option("inference")
     page.wait_for_url("**/fleet/?pool=inference")
     assert count_line(page) == "Hosts 1–50 of 500"
@@ -92,7 +92,7 @@ def test_admin_filters_and_pages_every_list(live_server: Any, big_fleet: Any, pa
     page.goto(f"{base}/queue/")
     assert count_line(page) == "Pending leases 1–50 of 300"
     assert page.locator('[data-legend="training"]').inner_text() == "training: 300 waiting"
-    assert page.locator("[data-gpus-asked]").inner_text() == "1200 GPUs asked in all"
+    assert page.locator("[data-gpus-asked]").inner_text() == "1,200 GPUs asked in all"
     page.locator("#queue-team").select_option("nlp")
     page.wait_for_url("**/queue/?team=nlp")
     page.locator("#queue-sort").select_option("waiting")
@@ -109,10 +109,10 @@ def test_admin_filters_and_pages_every_list(live_server: Any, big_fleet: Any, pa
 
     # Leases: the state legend filters by a click; counts match the rows.
     page.goto(f"{base}/leases/")
-    assert count_line(page) == f"Leases 1–50 of {Lease.objects.count()}"
+    assert count_line(page) == f"Leases 1–50 of {Lease.objects.count():,}"
     page.locator('[data-legend="granted"]').click()
     page.wait_for_url("**/leases/?state=granted")
-    assert count_line(page) == "Leases 1–50 of 1500"
+    assert count_line(page) == "Leases 1–50 of 1,500"
     page.locator("#leases-team").select_option("vision")
     page.wait_for_url("**/leases/?state=granted&team=vision")
     assert count_line(page) == "Leases 1–50 of 750"
@@ -127,7 +127,7 @@ def test_admin_filters_and_pages_every_list(live_server: Any, big_fleet: Any, pa
 
     # Audit: every event, then host actions only; the cordon done above is the one.
     page.goto(f"{base}/audit/")
-    assert count_line(page) == f"Events 1–50 of {AuditEvent.objects.count()}"
+    assert count_line(page) == f"Events 1–50 of {AuditEvent.objects.count():,}"
     page.locator("#audit-next").click()
     page.wait_for_url("**/audit/?page=2")
     page.locator("#audit-kind").select_option("host")
@@ -171,6 +171,6 @@ def test_a_member_sees_their_teams_rows_and_bad_links_explain_themselves(live_se
     shoot(page, shots, "list-leases-member")
     page.goto(f"{base}/audit/")
     visible = AuditEvent.objects.filter(lease__team__members=get_user_model().objects.get(username="alice"))
-    assert count_line(page) == f"Events 1–50 of {visible.count()}"
+    assert count_line(page) == f"Events 1–50 of {visible.count():,}"
     assert page.locator('[data-legend="host"]').count() == 0  # admin actions are not for members
     shoot(page, shots, "list-audit-member")

@@ -42,7 +42,11 @@ def test_the_team_page_is_for_members_and_admins(recorded: Any, client_for: Any,
     carol = make_user("carol", teams=("nlp",))
     html = client_for(carol).get("/teams/nlp/").content.decode()
     assert [c["id"] for c in _embedded(html)["charts"]][:2] == ["quota-inference", "wait-inference"]
-    assert 'data-quota="training">16</span> GPUs (8 borrowed),\n      8 guaranteed, limit 16; 24 GPUs asked for' in html
+    row = re.search(r'<tr data-pool="training">.*?</tr>', html, re.S)
+    assert row is not None
+    cells = dict(re.findall(r'data-label="([^"]+)" class="num"[^>]*>(?:<span[^>]*>)?([^<]+)<', row.group(0)))
+    assert (cells["Held"], cells["Guaranteed"], cells["Limit"], cells["Borrowed"], cells["Asked (waiting)"]) == (
+        "16", "8", "16", "8", "24")
     assert client_for(make_user("dave", teams=("research",))).get("/teams/nlp/").status_code == 404
     assert client_for(make_user("root", admin=True)).get("/teams/nlp/").status_code == 200
     assert client_for(None).get("/teams/nlp/").status_code == 302  # to the login form

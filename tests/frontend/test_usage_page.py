@@ -47,8 +47,8 @@ def test_an_admin_sees_every_team_in_the_chart_and_the_table(metered: Any, clien
     chart = _chart(html)
     assert chart["days"] == ["2026-11-09", "2026-11-10", "2026-11-11"]
     assert chart["series"] == {"research": [0.0, 0.0, 24.0], "vision": [0.0, 16.0, 0.0]}
-    assert re.search(r'<td data-label="team">research</td><td data-label="gpu_hours" class="num">24.00</td>', html)
-    assert re.search(r'<td data-label="team">vision</td><td data-label="gpu_hours" class="num">16.00</td>', html)
+    assert re.search(r'<td data-label="Team">research</td><td data-label="GPU-hours" class="num">24.00</td>', html)
+    assert re.search(r'<td data-label="Team">vision</td><td data-label="GPU-hours" class="num">16.00</td>', html)
     assert 'src="/static/frontend/vendor/chart.umd.min.js"' in html
     assert f'href="/usage.csv?{WINDOW.replace("&", "&amp;")}"' in html
 
@@ -56,7 +56,7 @@ def test_an_admin_sees_every_team_in_the_chart_and_the_table(metered: Any, clien
 def test_a_member_sees_their_team_only(metered: Any, client_for: Any) -> None:
     html = client_for(metered.users["alice"]).get(f"/usage/?{WINDOW}&group_by=user").content.decode()
     assert _chart(html)["series"] == {"vision": [0.0, 16.0, 0.0]}
-    assert '<td data-label="user">alice</td>' in html and "dave" not in html.split('id="usage-table"')[1]
+    assert '<td data-label="User">alice</td>' in html and "dave" not in html.split('id="usage-table"')[1]
 
 
 def test_the_csv_is_the_table_as_a_download(metered: Any, client_for: Any) -> None:

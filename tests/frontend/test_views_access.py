@@ -13,7 +13,7 @@ from inventory.models import Gpu, Host
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/quotas/", "/fleet/", "/queue/", "/leases/", "/capacity/"]
+PAGES = ["/", "/quotas/", "/fleet/", "/queue/", "/leases/", "/capacity/", "/teams/", "/pools/", "/teams/vision/"]
 
 
 def admin_posts(seeded: Any) -> dict[str, dict[str, Any]]:

@@ -25,7 +25,7 @@ def test_overview_shows_each_pools_numbers(seeded: Any, client_for: Any) -> None
     now = timezone.now()
     granted = max(now - timedelta(hours=2), now.replace(hour=0, minute=0, second=0, microsecond=0))
     Lease.objects.filter(pk=seeded.leases["vision"].pk).update(granted_at=granted)
-    response = client_for(seeded.users["alice"]).get("/")
+    response = client_for(seeded.users["root"]).get("/")  # an admin's overview: the fleet summary
     pools = {s.pool.name: s for s in response.context["pools"]}
     training, inference = pools["training"], pools["inference"]
     assert (training.capacity, training.allocated, training.free, training.borrowed) == (32, 24, 8, 8)

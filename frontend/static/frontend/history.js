@@ -15,7 +15,7 @@
   };
   // Ceilings and references are dashed, so they are told apart without colour.
   var DASHED = { guaranteed: [6, 4], limit: [2, 3], capacity: [6, 4], wait_max_s: [4, 3] };
-  var PALETTE = ["#0f6e6e", "#b44d12", "#6b3fc9", "#8a5300", "#1f7a3a", "#b42318"];
+  var PALETTE = window.gpupoolPalette;  // palette.js: series without a colour of their own
 
   function fmt(v) {
     return Math.round(v * 10) / 10 + "";
@@ -33,10 +33,18 @@
     }).join("; ");
   }
 
+  // Times on the axes and in the tooltips are the viewer's own (the tooltip adds UTC).
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function local(ms) {
+    var d = new Date(ms);
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + pad(d.getHours()) + ":" +
+      pad(d.getMinutes());
+  }
+
   function timeLabel(ms, span) {
-    var iso = new Date(ms).toISOString();
-    if (span <= 2 * 86400000) return iso.slice(11, 16);
-    return iso.slice(5, 10) + (span <= 8 * 86400000 ? " " + iso.slice(11, 13) + "h" : "");
+    var text = local(ms);
+    if (span <= 2 * 86400000) return text.slice(11, 16);
+    return text.slice(5, 10) + (span <= 8 * 86400000 ? " " + text.slice(11, 13) + "h" : "");
   }
 
   // A sparkline: the overview's small chart, 0–100 %, its time axis written under it in HTML.
@@ -55,10 +63,10 @@
       type: "line",
       data: {
         datasets: chart.series.map(function (s, i) {
-          var color = COLORS[s.key] || PALETTE[i % PALETTE.length];
+          var color = COLORS[s.key] || PALETTE.color(i);
           return {
             label: s.label, borderColor: color, backgroundColor: color, borderWidth: 2,
-            borderDash: DASHED[s.key] || [], pointRadius: xs.length <= 3 ? 3 : 0, tension: 0,
+            borderDash: DASHED[s.key] || (COLORS[s.key] ? [] : PALETTE.dash(i)), pointRadius: xs.length <= 3 ? 3 : 0, tension: 0,
             order: DASHED[s.key] ? -1 : 0,  // references (guarantee, limit) are drawn over the data
             spanGaps: false,  // a gap in the data is a gap in the line, not a guess
             data: xs.map(function (x, j) { return { x: x, y: s.values[j] }; })
@@ -82,7 +90,9 @@
           tooltip: {
             callbacks: {
               title: function (items) {
-                return items.length ? new Date(items[0].parsed.x).toISOString().slice(0, 16).replace("T", " ") + " UTC" : "";
+                if (!items.length) return "";
+                var ms = items[0].parsed.x;
+                return local(ms) + " (" + new Date(ms).toISOString().slice(11, 16) + " UTC)";
               }
             }
           }
@@ -168,11 +178,32 @@
       .finally(function () { section.removeAttribute("aria-busy"); });
   }
 
+  // The charts follow the clock: the range drawn is fetched again every minute (points are
+  // recorded once a minute); live.js hears whether that worked and says so on the page.
+  var REFRESH_MS = 60000;
+
+  function refresh(section) {
+    if (document.visibilityState !== "visible" || section.getAttribute("aria-busy")) return;
+    var range = section.dataset.drawn || "24h";
+    fetch(section.dataset.apiUrl + "?range=" + encodeURIComponent(range),
+          { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("history " + response.status);
+        return response.json();
+      })
+      .then(function (history) {
+        if (section.dataset.drawn === range) render(section, history);  // unless a click moved on
+        document.dispatchEvent(new CustomEvent("gpupool:updated"));
+      })
+      .catch(function () { document.dispatchEvent(new CustomEvent("gpupool:update-failed")); });
+  }
+
   function start() {
     var section = document.querySelector("[data-history]");
     var data = document.getElementById("history-data");
     if (!section || !data) return;
     render(section, JSON.parse(data.textContent));
+    setInterval(function () { refresh(section); }, REFRESH_MS);
     section.addEventListener("click", function (event) {
       var link = event.target.closest("a[data-range]");
       if (!link || event.ctrlKey || event.metaKey || event.shiftKey) return;

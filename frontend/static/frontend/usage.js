@@ -7,14 +7,15 @@
   var source = document.getElementById("usage-data");
   if (!canvas || !source || !window.Chart) return;
   var data = JSON.parse(source.textContent);
-  var palette = ["#3451c7", "#e07b39", "#2e9d6a", "#b8427c", "#8a6d1f", "#5a8fd8", "#7b5cc4", "#c24a3b"];
+  var palette = window.gpupoolPalette;  // palette.js: 30 teams told apart (colour × pattern)
   var teams = Object.keys(data.series);
   new window.Chart(canvas, {
     type: "bar",
     data: {
       labels: data.days,
       datasets: teams.map(function (team, i) {
-        return { label: team, data: data.series[team], backgroundColor: palette[i % palette.length] };
+        return { label: team, data: data.series[team], backgroundColor: palette.fill(i),
+                 borderColor: palette.color(i), borderWidth: 1 };
       }),
     },
     options: {
