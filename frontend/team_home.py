@@ -18,6 +18,7 @@ from allocation.models import Lease, Quota, Reservation, Team
 from allocation.policy.budgets import BudgetStatus
 from allocation.selectors import lease_list, quota_list, team_gpus_held
 from allocation.selectors.idle import idle_by_lease, idle_gpus_by_team_and_pool
+from allocation.selectors.teams_tree import TeamNode, team_tree
 from allocation.services.budgets import budget_statuses
 
 ROWS = 25  # leases and queued requests shown on a team page; the rest are a link away
@@ -130,6 +131,22 @@ def pool_teams() -> dict[int, list[PoolTeam]]:
     for (team_id, pool_id), (gpus, _) in held.items():
         teams[pool_id].setdefault(team_id, PoolTeam(names[team_id], gpus, 0, 0))
     return {pool_id: sorted(rows.values(), key=lambda t: (-t.held, t.name)) for pool_id, rows in teams.items()}
+
+
+def department(*, user: Any, team: Team) -> TeamNode | None:
+    """`team` as a department: its node of the team tree, with the teams under it and every
+    node's held, guaranteed, limit, borrowed and waiting GPUs per pool rolled up its subtree
+    (`allocation.selectors.teams_tree`); None for a team with no teams under it."""
+    if not Team.objects.filter(parent_id=team.pk).exists():
+        return None
+    for root in team_tree(user=user):
+        for node in root.walk():
+            if node.id == team.pk:
+                base = node.depth  # indented from the department, wherever it sits in the tree
+                for below in node.walk():
+                    below.depth -= base
+                return node
+    return None
 
 
 def member_home_team(user: Any) -> Team | None:

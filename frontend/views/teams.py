@@ -20,7 +20,7 @@ from allocation.selectors import team_list
 from frontend.access import htmx_target, login_required
 from frontend.forms import RenewForm
 from frontend.selectors import pool_overview
-from frontend.team_home import pool_teams, team_home, team_summaries
+from frontend.team_home import department, pool_teams, team_home, team_summaries
 from frontend.views.history import RANGE_LABELS, history_range
 from history.choices import RANGES
 from history.selectors import team_history, window_for
@@ -39,6 +39,7 @@ def team_page_response(request: HttpRequest, team: Team) -> HttpResponse:
     """A team's page (or its live part, for the poll); also the overview of a member."""
     now = timezone.now()
     context: dict[str, Any] = {"home": team_home(user=request.user, team=team, now=now), "team": team,
+                               "department": department(user=request.user, team=team),
                                "now": now, "renew_form": RenewForm(),
                                "live_url": reverse("frontend:team", kwargs={"name": team.name})}
     if htmx_target(request) == "team-live":

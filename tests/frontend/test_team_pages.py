@@ -78,6 +78,23 @@ def test_teams_nest_under_their_parent_when_teams_have_one(seeded: Any) -> None:
     assert [c.team.name for c in next(s for s in top if s.team.name == "research").children] == ["vision"]
 
 
+def test_a_department_page_shows_its_teams_rolled_up(seeded: Any, client_for: Any) -> None:
+    # vision under a new department "ai": the department's page lists vision with its GPUs, and
+    # the department's own row counts what its teams hold.
+    ai = Team.objects.create(name="ai")
+    Team.objects.filter(name="vision").update(parent=ai)
+    response = client_for(seeded.users["root"]).get("/teams/ai/")
+    node, html = response.context["department"], response.content.decode()
+    assert [n.name for n in node.walk()] == ["ai", "vision"] and [n.depth for n in node.walk()] == [0, 1]
+    assert node.pools["training"].held == node.children[0].pools["training"].held == 8
+    assert 'id="department-tree"' in html and 'data-team="vision" data-pool="training"' in html
+    # The teams list nests vision under its department; a team without sub-teams has no such part.
+    top = {s.team.name: s for s in client_for(seeded.users["root"]).get("/teams/").context["teams"]}
+    assert "vision" not in top and [c.team.name for c in top["ai"].children] == ["vision"]
+    vision = client_for(seeded.users["root"]).get("/teams/vision/")
+    assert vision.context["department"] is None and 'id="department-tree"' not in vision.content.decode()
+
+
 def test_the_pools_list_shows_states_queue_and_teams(seeded: Any, client_for: Any) -> None:
     response = client_for(seeded.users["alice"]).get("/pools/")
     rows = {s.pool.name: (s, teams) for s, teams in response.context["rows"]}
