@@ -104,6 +104,7 @@
     const cells = data.cells.s.length;
     for (let i = 0; i < cells; i++) paint(ctx, i);
     canvas.dataset.cells = String(cells);
+    canvas.dataset.width = String(width);
     canvas.dataset.cell = String(layout.s);
     canvas.dataset.version = data.version;
     drawLegend();
@@ -235,10 +236,12 @@
     history.replaceState(null, "", here);
     load("").catch(() => {});
   });
-  let resized = null;
+  // Redrawn at the next frame after a resize (a phone turned, a window narrowed): at most once a frame.
+  let resized = false;
   window.addEventListener("resize", () => {
-    clearTimeout(resized);
-    resized = setTimeout(() => { if (data) draw(); }, 100);
+    if (resized) return;
+    resized = true;
+    requestAnimationFrame(() => { resized = false; if (data) draw(); });
   });
 
   // For tests and scripts: where a GPU's cell is on the screen (client pixels), by host and index.
