@@ -77,11 +77,23 @@ def heatmap(*, user: Any, query: ListQuery, group: str = "host") -> dict[str, An
             state.append(state_codes.get(gpu_state, 0))
             util.append(-1 if gpu_util is None else round(gpu_util))
             team.append(team_codes.setdefault(teams.get(gpu_id, ""), len(team_codes)))
+    # GPU indexes are left out (null) where every host numbers its GPUs 0, 1, 2…: the usual case.
+    counted = _numbered(n, index)
     body = {"group": group, "groups": list(groups), "states": STATES, "models": list(models),
             "teams": list(team_codes), "hosts": out_hosts,
-            "cells": {"n": n, "i": index, "m": model, "s": state, "u": util, "t": team}}
+            "cells": {"n": n, "i": None if counted else index, "m": model, "s": state, "u": util, "t": team}}
     body["version"] = _version(body)
     return body
+
+
+def _numbered(counts: list[int], index: list[int]) -> bool:
+    """Whether each host's GPUs are numbered 0, 1, 2… in order."""
+    pos = 0
+    for count in counts:
+        if index[pos:pos + count] != list(range(count)):
+            return False
+        pos += count
+    return True
 
 
 def _holders(user: Any) -> dict[int, str]:

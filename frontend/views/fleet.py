@@ -85,7 +85,7 @@ def fleet_heatmap_json(request: HttpRequest) -> HttpResponse:
     else:
         fleet_heatmap.remember(request.user, body)
         diff = fleet_heatmap.heatmap_diff(request.user, body, since) if since else None
-        response = JsonResponse(diff if diff is not None else body)
+        response = JsonResponse(diff if diff is not None else body, json_dumps_params={"separators": (",", ":")})
     response["ETag"] = f'"{body["version"]}"'
     response["Cache-Control"] = "private, no-cache"
     return response

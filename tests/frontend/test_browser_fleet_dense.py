@@ -74,6 +74,7 @@ def test_the_heatmap_shows_every_gpu_in_one_screen_and_a_click_reaches_it(
         page.screenshot(path=str(shots / f"fleet-heatmap-{width}.png"), full_page=True)
         assert page.evaluate("document.documentElement.scrollWidth - window.innerWidth") <= 1
         # Hover names the GPU; a click opens its host's page at that GPU.
+        page.locator("#heat-canvas").scroll_into_view_if_needed()
         host = Host.objects.get(name="h100-1234")
         cell = page.evaluate("gpupoolHeatmap.cellRect('h100-1234', 5)")
         centre = (cell["x"] + cell["size"] / 2, cell["y"] + cell["size"] / 2)

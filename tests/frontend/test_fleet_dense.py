@@ -66,6 +66,7 @@ def test_the_heatmap_payload_has_one_cell_per_gpu_and_answers_only_what_changed(
     body = client.get("/fleet/heatmap.json").json()
     cells = body["cells"]
     assert len(cells["s"]) == sum(cells["n"]) == Gpu.objects.filter(parent__isnull=True, gone=False).count() == 48
+    assert cells["i"] is None  # every host numbers its GPUs 0…3: the indexes are left out
     leased = [i for i, s in enumerate(cells["s"]) if body["states"][s] == "leased"]
     assert len(leased) == 24 and {body["teams"][cells["t"][i]] for i in leased} == {"vision"}
     # Nothing changed: 304, by `since` or by ETag.

@@ -211,6 +211,10 @@
       canvas.dataset.changed = String(body.changed.length);
     } else {
       data = body;
+      if (!data.cells.i) {  // left out: every host numbers its GPUs 0, 1, 2…
+        data.cells.i = [];
+        data.cells.n.forEach((k) => { for (let j = 0; j < k; j++) data.cells.i.push(j); });
+      }
       draw();
     }
   }
