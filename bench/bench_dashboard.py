@@ -221,7 +221,7 @@ def measure_fleet_updates(repeat: int) -> list[tuple[str, float, int]]:
     admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
     client = Client()
     client.force_login(admin)
-    htmx = {"HTTP_HX_REQUEST": "true"}
+    htmx: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
     out = []
 
     def size(response: Any) -> int:
@@ -247,7 +247,7 @@ def measure_fleet_updates(repeat: int) -> list[tuple[str, float, int]]:
         seconds, diff = _timed(repeat, lambda p=path, v=version: poll(p, v))
         out.append((f"{path} poll, one host changed (OOB)", seconds, size(diff)))
 
-    gz = {"HTTP_ACCEPT_ENCODING": "gzip"}
+    gz: dict[str, Any] = {"HTTP_ACCEPT_ENCODING": "gzip"}
     seconds, full = _timed(repeat, lambda: client.get("/fleet/heatmap.json"))
     body = full.json()
     out.append(("/fleet/heatmap.json (raw)", seconds, size(full)))
