@@ -125,10 +125,17 @@ def test_bulk_drain_of_ten_filtered_hosts_previews_then_drains(
                            timeout=15_000)
     assert page.locator(f"#pick-{edge8.pk}").is_checked()
     assert page.url.endswith("/fleet/table/?q=edge")
+    # The ticked hosts: edge-8 (cordoned already, left alone) and edge-7.
+    page.locator(f"#pick-{Host.objects.get(name='edge-7').pk}").check()
+    page.locator("#bulk-verb").select_option("cordon")
+    page.locator("#bulk-scope-selected").check()
+    page.locator("#bulk-preview-button").click()
+    page.wait_for_selector("#bulk-result #bulk-title")
+    assert page.locator("#bulk-title").inner_text() == "Cordon 1 host (of 2 picked)"
     page.locator("#bulk-verb").select_option("drain")
     page.locator("#bulk-scope-filter").check()
     page.locator("#bulk-preview-button").click()
-    page.wait_for_selector("#bulk-result #bulk-title")
+    page.wait_for_function("() => document.getElementById('bulk-title').innerText.startsWith('Drain')")
     assert page.locator("#bulk-title").inner_text() == "Drain 10 hosts"
     assert page.locator('[data-outcome="preempted"]').inner_text() == "5 leases preempted by the drain"
     assert page.locator('#bulk-pools tr[data-pool="edge"]').count() == 1
