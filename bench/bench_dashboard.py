@@ -4,6 +4,9 @@
     .venv/bin/python bench/bench_dashboard.py [--hosts 2000] [--pending 10000] [--repeat 5]
         [--db NAME] [--reuse] [--only SUBSTRING] [--profile PATH]
 
+The fleet's partial updates are measured too (`measure_fleet_updates`): what a 5 s poll costs and
+carries when nothing changed and when one host did, against the whole page the poll used to fetch.
+
 `--reuse` keeps the database a previous run built (of the same sizes) instead of building it
 again; `--profile PATH` prints the 25 costliest functions of one request to PATH (cProfile).
 
@@ -37,7 +40,9 @@ HISTORY_PAGES = ["/pools/bench/", "/pools/bench/?range=90d", "/teams/team-0/", "
                  "/api/v1/history/teams/team-0?range=90d"]
 # Every list page: its first page, a deep page, and filters that touch every row.
 PAGES = ["/healthz", "/", "/quotas/", "/fleet/", "/fleet/?page=20", "/fleet/?state=free&sort=free",
-         "/fleet/?q=node-1", "/queue/", "/queue/?page=150", "/queue/?team=team-3&sort=size&q=bench",
+         "/fleet/?q=node-1", "/fleet/table/", "/fleet/table/?page=10", "/fleet/heatmap/", "/fleet/heatmap.json",
+         "/fleet/heatmap.json?group=source", "/fleet/hosts/{host}/",
+         "/queue/", "/queue/?page=150", "/queue/?team=team-3&sort=size&q=bench",
          "/leases/", "/leases/?state=granted&page=60", "/leases/?model=h100&sort=team",
          "/audit/", "/audit/?page=300", "/audit/?kind=lease&window=24h&q=granted",
          "/capacity/", "/teams/", "/pools/", "/teams/team-0/?range=1h"]
@@ -185,6 +190,85 @@ def measure_gpu_hour() -> tuple[float, int]:
     return time.perf_counter() - start, GpuPoint.objects.filter(at=hour).count()
 
 
+def _host_id() -> int:
+    from inventory.models import Host
+
+    host = Host.objects.order_by("name").values_list("pk", flat=True).first()
+    assert host is not None
+    return host
+
+
+def _timed(repeat: int, call: Any) -> tuple[float, Any]:
+    """Median seconds of `call()` over `repeat` runs after a warm-up, and its last answer."""
+    call()
+    times, answer = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        answer = call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), answer
+
+
+def measure_fleet_updates(repeat: int) -> list[tuple[str, float, int]]:
+    """(what, median seconds, bytes sent) for the fleet's live updates: the whole page and its live
+    part (what every 5 s poll fetched before), the version poll of the cards and of the table with
+    nothing changed (204) and after one host's cordon (its card or row, out of band), and the
+    heatmap's payload (raw and gzipped), its 304 and its diff after the cordon."""
+    import re
+
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from allocation.services.admin import host_admin_action
+    from inventory.models import Host
+
+    admin, _ = get_user_model().objects.get_or_create(username="admin", defaults={"is_staff": True})
+    client = Client()
+    client.force_login(admin)
+    htmx: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
+    out = []
+
+    def size(response: Any) -> int:
+        return len(response.content) if response.status_code != 304 else 0
+
+    def poll(path: str, version: str) -> Any:
+        return client.get(f"{path}?v={version}", HTTP_HX_TARGET="fleet-poll", **htmx)
+
+    for path in ("/fleet/", "/fleet/table/"):
+        seconds, page = _timed(repeat, lambda p=path: client.get(p))
+        out.append((f"{path} (whole page)", seconds, size(page)))
+        seconds, live = _timed(repeat, lambda p=path: client.get(p, HTTP_HX_TARGET="fleet-live", **htmx))
+        out.append((f"{path} live part (the old 5 s poll)", seconds, size(live)))
+        found = re.search(r'id="fleet-version" name="v" value="(\w+)"', page.content.decode())
+        assert found, path
+        version = found.group(1)
+        seconds, same = _timed(repeat, lambda p=path, v=version: poll(p, v))
+        assert same.status_code == 204, same.status_code
+        out.append((f"{path} poll, nothing changed (204)", seconds, size(same)))
+        first = Host.objects.order_by("name").first()
+        assert first is not None
+        host_admin_action(host=first, verb="cordon" if not first.admin_state else "uncordon", actor="bench")
+        seconds, diff = _timed(repeat, lambda p=path, v=version: poll(p, v))
+        out.append((f"{path} poll, one host changed (OOB)", seconds, size(diff)))
+
+    gz: dict[str, Any] = {"HTTP_ACCEPT_ENCODING": "gzip"}
+    seconds, full = _timed(repeat, lambda: client.get("/fleet/heatmap.json"))
+    body = full.json()
+    out.append(("/fleet/heatmap.json (raw)", seconds, size(full)))
+    seconds, zipped = _timed(repeat, lambda: client.get("/fleet/heatmap.json", **gz))
+    out.append(("/fleet/heatmap.json (gzip)", seconds, size(zipped)))
+    seconds, same = _timed(repeat, lambda: client.get(f"/fleet/heatmap.json?since={body['version']}", **gz))
+    assert same.status_code == 304, same.status_code
+    out.append(("/fleet/heatmap.json?since= nothing changed (304)", seconds, 0))
+    host = Host.objects.order_by("name").last()
+    assert host is not None
+    host_admin_action(host=host, verb="cordon" if not host.admin_state else "uncordon", actor="bench")
+    seconds, diff = _timed(repeat, lambda: client.get(f"/fleet/heatmap.json?since={body['version']}", **gz))
+    assert diff.status_code == 200, diff.status_code
+    out.append(("/fleet/heatmap.json?since= one host changed", seconds, size(diff)))
+    return out
+
+
 def _member() -> Any:
     """A member of team-0 only (not an admin)."""
     from django.contrib.auth import get_user_model
@@ -240,20 +324,30 @@ def main() -> None:
           f"(built in {time.perf_counter() - started:.0f} s)")
     if args.profile:
         profile(args.profile, args.only)
-    gpu = build_history()
-    times = measure(args.repeat, PAGES + [page.format(gpu=gpu) for page in HISTORY_PAGES], args.only)
+    history = not args.only or any(args.only in page for page in HISTORY_PAGES)
+    gpu = build_history() if history else ""  # 90 days of points: only for the pages that read them
+    host = _host_id()
+    times = measure(args.repeat, [page.format(host=host) for page in PAGES]
+                    + ([page.format(gpu=gpu) for page in HISTORY_PAGES] if history else []), args.only)
     member = measure(args.repeat, MEMBER_PAGES, args.only, user=_member())
     times.update({f"{path} (member of team-0)": seconds for path, seconds in member.items()})
     base = times["/healthz"]
     for path, seconds in times.items():
         verdict = "" if path == "/healthz" else ("  ok" if seconds <= 0.3 else "  OVER 300 ms")
         print(f"{path:44s} {seconds * 1000:8.1f} ms  ({seconds / base:6.0f}x healthz){verdict}")
+    if not args.only or "fleet" in args.only:
+        cards = times.get("/fleet/") or base  # the card page measured above: the fleet's own baseline
+        print("fleet updates (median, bytes sent; ratio to the /fleet/ card page above)")
+        for label, seconds, size in measure_fleet_updates(args.repeat):
+            print(f"{label:52s} {seconds * 1000:8.1f} ms  ({seconds / cards:5.2f}x /fleet/)  {size:>9,} bytes"
+                  f"{'  ok' if seconds <= 0.3 else '  OVER 300 ms'}")
+    if args.only:
+        return  # the minute's recording and the hourly roll-up are timed on a full run
     record = measure_record(args.repeat)
     print(f"{'history_record (one minute)':44s} {record * 1000:8.1f} ms  ({record / base:6.0f}x healthz)")
     seconds, points = measure_gpu_hour()
     print(f"{'per-GPU hour roll-up (60 samples a GPU)':44s} {seconds * 1000:8.1f} ms  "
           f"({seconds / base:6.0f}x healthz), {points} GPU points")
-
 
 if __name__ == "__main__":
     main()

@@ -9,16 +9,16 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from frontend.list_page import Filter, ListPage, ListQuery, ListSpec, paginate
+from frontend.list_page import PER_PAGE, Filter, ListPage, ListQuery, ListSpec, paginate
 from frontend.selectors import HostRow, fleet
 from inventory.choices import GpuState
 from inventory.models import Gpu, Host
 from inventory.selectors import capacity_units, is_capacity
 
 
-def fleet_spec(*, pools: Sequence[str], name: str = "fleet") -> ListSpec:
+def fleet_spec(*, pools: Sequence[str], name: str = "fleet", per_page: int = PER_PAGE) -> ListSpec:
     """The fleet's filters; `pools` are the pool names a filter may name. The capacity picker
-    lists hosts the same way (`name` "capacity")."""
+    lists hosts the same way (`name` "capacity"); the compact table shows more a page."""
     return ListSpec(name, (
         Filter("pool", "Pool", [(p, p) for p in pools], any_label="All pools"),
         Filter("state", "GPU state", GpuState.choices, any_label="Any state"),
@@ -30,7 +30,7 @@ def fleet_spec(*, pools: Sequence[str], name: str = "fleet") -> ListSpec:
         # The counts are annotated by `sorted_hosts`.
         "leased": ("Most leased", ("-n_leased", "name")),
         "free": ("Most free", ("-n_free", "name")),
-    })
+    }, per_page=per_page)
 
 
 def fleet_page(*, user: Any, query: ListQuery) -> ListPage[HostRow]:

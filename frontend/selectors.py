@@ -220,6 +220,12 @@ class HostRow:
         """GPUs that count as capacity: whole GPUs, and the slices of MIG GPUs."""
         return len(self._all())
 
+    @property
+    def util(self) -> float | None:
+        """Mean utilisation of its GPUs that report one (None: none does)."""
+        known = [t.gpu.utilization_pct for t in self.gpus if t.gpu.utilization_pct is not None]
+        return sum(known) / len(known) if known else None
+
     def _all(self) -> list[GpuTile]:
         return [s for t in self.gpus for s in (t.slices or [t])]
 

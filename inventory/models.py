@@ -63,7 +63,9 @@ class Source(models.Model):
 
 class Host(models.Model):
     source = models.ForeignKey(Source, on_delete=models.CASCADE, related_name="hosts")
-    name = models.CharField(max_length=255)
+    # Natural order (node-2 before node-10) wherever names are sorted: an ICU collation with
+    # numeric ordering (migration 0007), so ORDER BY name needs no sort key.
+    name = models.CharField(max_length=255, db_collation="natural")
     address = models.CharField(max_length=255, blank=True, default="")
     # What the source reports (ready/cordoned/offline) and what an admin asked (cordon/drain);
     # `state` is derived from both by Host.derive_state and stored for filtering.

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from allocation.api.host_bulk import HostBulkAnswerSerializer, HostBulkSerializer, bulk_call
 from allocation.api.moves import (
     CONFLICT,
     DRY_RUN_DOC,
@@ -95,6 +96,17 @@ class HostViewSet(inventory_views.HostViewSet):
     def uncordon(self, request: Request, pk: str | None = None) -> Response:
         """Accept new leases on this host again."""
         return self._admin_action(request, "uncordon")
+
+    @extend_schema(summary="Cordon, drain or uncordon many hosts (pool admins)", request=HostBulkSerializer,
+                   responses={200: HostBulkAnswerSerializer, 409: CONFLICT},
+                   description="The hosts named, or every host the fleet's filters match, as the dashboard's "
+                               "bulk bar does; `dry_run: true` answers the preview (GPUs in service per pool "
+                               "before and after, leases preempted) and its `fingerprint`. Audited per host.")
+    @action(detail=False, methods=["post"], url_path="bulk", permission_classes=[IsPoolAdmin])
+    def bulk(self, request: Request) -> Response:
+        body = HostBulkSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return Response(bulk_call(body.validated_data, request.user.username))
 
     @extend_schema(summary="Move a whole host to another pool (pool admins)", request=HostMoveSerializer,
                    parameters=[MoveQuerySerializer], responses={200: MOVED, 409: CONFLICT},

@@ -104,6 +104,11 @@ class TestHostUncordon(EndpointPermissions):
     method, path, expect = "post", "/api/v1/hosts/{host}/uncordon/", ADMIN_ONLY
 
 
+class TestHostBulk(EndpointPermissions):
+    method, path, expect = "post", "/api/v1/hosts/bulk/", ADMIN_ONLY
+    body = {"action": "cordon", "filter": {}, "dry_run": True}
+
+
 class TestHostForgetWorkloads(EndpointPermissions):
     method, path, expect = "post", "/api/v1/hosts/{host}/forget-workloads/", ADMIN_ONLY
     body = {"force": True, "reason": "decommissioned"}
