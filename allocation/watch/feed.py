@@ -108,6 +108,7 @@ class Feed:
         self.by_lease: dict[str, set[Subscriber]] = {}  # the subscribers that take pokes, by lease id
         self._task: asyncio.Task[None] | None = None
         self._pokes: asyncio.Task[None] | None = None
+        self._starting: asyncio.Lock | None = None
         self._redis: Any = None
         self.head = ""  # the last event id handed out (or the log's end at start)
 
@@ -154,8 +155,16 @@ class Feed:
             self._pokes = asyncio.get_running_loop().create_task(self._run_pokes(), name="lease-pokes")
         if self._task is not None and not self._task.done():
             return
-        self.head = await self.end_of_log()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
+        # One reader, however many subscribers arrive at once: without the lock each of them,
+        # waiting on end_of_log, started a reader of its own, and every change reached every
+        # subscriber once per reader.
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._task is not None and not self._task.done():
+                return
+            self.head = await self.end_of_log()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
 
     async def _run_pokes(self) -> None:
         """Listen to the EXPLAINED channel for as long as the process lives (reconnecting with

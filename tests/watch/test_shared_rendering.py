@@ -60,3 +60,19 @@ def test_a_stream_filters_a_change_before_anything_is_rendered(demo_fleet: Any, 
             await feed.redis().aclose()
 
     assert asyncio.run(offered()) == 0  # another team's change never reaches the stream's queue
+
+
+def test_subscribers_arriving_at_once_share_one_reader_of_the_change_log(db: Any) -> None:
+    from allocation.watch.feed import Feed
+
+    async def readers() -> int:
+        feed = Feed()
+        subs = await asyncio.gather(*(feed.subscribe(lambda change: True) for _ in range(20)))
+        try:
+            return sum(task.get_name() == "lease-feed" for task in asyncio.all_tasks())
+        finally:
+            for sub in subs:
+                feed.unsubscribe(sub)
+            await feed.redis().aclose()
+
+    assert asyncio.run(readers()) == 1  # each change reaches each subscriber once
