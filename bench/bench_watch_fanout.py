@@ -24,17 +24,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _stack  # noqa: E402
+from bench import _stack
 
 CONFIG = """
 pools: [{name: p, queue_caps: {pending_leases_per_team: null, pending_gpus_per_team: null}}]
@@ -138,6 +135,10 @@ def _phase(name: str, web_pid: int, port: int, tokens: list[str], watching: int,
         idle_rate = (_stack.cpu_seconds([web_pid]) - idle_cpu) / (time.monotonic() - idle_from)
         before = clients.counts()
         started, cpu0 = time.monotonic(), _stack.cpu_seconds([web_pid])
+        seconds = str(int(args.changes / args.rate))
+        spy = subprocess.Popen(["py-spy", "record", "-p", str(_worker(web_pid)), "-d", seconds,
+                                "-r", "200", "-f", "raw", "-o", f"{args.profile}-{name[0]}.txt"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if args.profile else None
         subprocess.run([sys.executable, "-c", LOAD, str(args.changes), str(args.rate)], env=env, check=True,
                        cwd=_stack.REPO, stdout=subprocess.DEVNULL, timeout=600)
         deadline = time.monotonic() + 120
@@ -147,15 +148,27 @@ def _phase(name: str, web_pid: int, port: int, tokens: list[str], watching: int,
                 break
             time.sleep(0.2)
         elapsed, cpu = time.monotonic() - started, _stack.cpu_seconds([web_pid]) - cpu0
+        if spy is not None:
+            spy.wait(timeout=60)
     finally:
         clients.close()
     per_change = max(0.0, cpu - idle_rate * elapsed) / args.changes
     missing = sum(max(0, args.changes - g) for g in got[:watching])
-    if os.environ.get("BENCH_DEBUG"):
-        print(got, before)
     print(f"  {name:<58} {per_change * 1e3:7.3f} ms CPU/change  (idle {idle_rate * 1e3:.1f} ms/s taken off; "
           f"frames {sum(got):,}; missing {missing})", flush=True)
     return per_change
+
+
+def _worker(pid: int) -> int:
+    """The uvicorn worker under gunicorn's master `pid` (what py-spy samples)."""
+    for path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = path.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            return int(path.parent.name)
+    return pid
 
 
 def main() -> int:
@@ -168,6 +181,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--db", default="gpupool_bench_watch_fanout")
     parser.add_argument("--redis-db", type=int, default=14)
+    parser.add_argument("--phases", default="ABC", help="which phases to run (A, B, C)")
+    parser.add_argument("--profile", metavar="PREFIX", help="py-spy the web worker during each load: PREFIX-A.txt…")
     args = parser.parse_args()
     from stacktools.processes import Proc, answers, web_command
     from stacktools.processes import running as stack_running
@@ -187,15 +202,22 @@ def main() -> int:
         with stack_running([web], timeout=60):
             print(f"event fan-out: {args.changes} lease changes at {args.rate:g}/s, one web process "
                   "(gunicorn + 1 uvicorn worker), CPU of its process tree per change")
-            pid = web.pid
-            a = _phase("A. 10 streams, each sees every change", pid, port, [keys["watcher"]] * 10, 10, args, env)
-            b = _phase(f"B. the 10 + {args.streams - 10} streams of another team", pid, port,
-                       [keys["watcher"]] * 10 + [keys["bystander"]] * (args.streams - 10), 10, args, env)
-            c = _phase(f"C. {args.streams} streams, each sees every change", pid, port,
-                       [keys["watcher"]] * args.streams, args.streams, args, env)
-        print(f"B/A (1,000 open streams vs 10, the same 10 watching): {b / a:.2f}×")
-        print(f"C/A (every stream gets every frame): {c / a:.1f}×, {(c - a) / (args.streams - 10) * 1e6:.1f} µs "
-              "per extra frame sent")
+            pid, figures = web.pid, {}
+            phases = {
+                "A": ("A. 10 streams, each sees every change", [keys["watcher"]] * 10, 10),
+                "B": (f"B. the 10 + {args.streams - 10} streams of another team",
+                      [keys["watcher"]] * 10 + [keys["bystander"]] * (args.streams - 10), 10),
+                "C": (f"C. {args.streams} streams, each sees every change", [keys["watcher"]] * args.streams,
+                      args.streams)}
+            for phase in args.phases:
+                title, tokens, watching = phases[phase]
+                figures[phase] = _phase(title, pid, port, tokens, watching, args, env)
+        if "A" in figures and "B" in figures:
+            ratio = figures["B"] / figures["A"]
+            print(f"B/A ({args.streams:,} open streams vs 10, the same 10 watching): {ratio:.2f}×")
+        if "A" in figures and "C" in figures:
+            print(f"C/A (every stream gets every frame): {figures['C'] / figures['A']:.1f}×, "
+                  f"{(figures['C'] - figures['A']) / (args.streams - 10) * 1e6:.1f} µs per extra frame sent")
     finally:
         _stack.drop_database(url)
     return 0

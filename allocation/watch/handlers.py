@@ -183,7 +183,8 @@ async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> N
     wants: Callable[[LeaseChange], bool] = await in_db(
         access.change_filter, viewer, params.get("team", ""), params.get("pool", ""))
     source = feed()
-    sub = await source.subscribe(wants)
+    # A member's stream is filed under their teams: the feed never offers it another team's change.
+    sub = await source.subscribe(wants, teams=None if viewer.is_admin else viewer.team_ids)
     try:
         head = source.head
         backlog: list[tuple[str, LeaseChange]] = []

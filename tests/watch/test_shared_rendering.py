@@ -46,20 +46,33 @@ def test_a_stream_filters_a_change_before_anything_is_rendered(demo_fleet: Any, 
     from allocation.watch.feed import Feed
 
     carol = make_user("carol", teams=("nlp",))
-    viewer = Viewer(user=carol, is_admin=False, team_ids=frozenset(carol.teams.values_list("pk", flat=True)))
+    teams = frozenset(carol.teams.values_list("pk", flat=True))
+    viewer = Viewer(user=carol, is_admin=False, team_ids=teams)
     wants = change_filter(viewer, "", "")
+    asked: list[LeaseChange] = []
 
-    async def offered() -> int:
+    def counting(change: LeaseChange) -> bool:
+        asked.append(change)
+        return wants(change)
+
+    async def offered() -> tuple[int, int]:
         feed = Feed()
-        sub = await feed.subscribe(wants)
+        unfiled = await feed.subscribe(wants)
+        filed = await feed.subscribe(counting, teams=teams)
         try:
             feed.dispatch("1-0", LeaseChange("00000000-0000-0000-0000-000000000001", 1, -1, "pending"))
-            return sub.queue.qsize()
+            feed.dispatch("1-1", LeaseChange("00000000-0000-0000-0000-000000000002", 1, min(teams), "pending"))
+            return unfiled.queue.qsize(), filed.queue.qsize()
         finally:
-            feed.unsubscribe(sub)
+            feed.unsubscribe(unfiled)
+            feed.unsubscribe(filed)
+            assert not feed.by_team and not feed.unindexed
             await feed.redis().aclose()
 
-    assert asyncio.run(offered()) == 0  # another team's change never reaches the stream's queue
+    # Another team's change never reaches the stream's queue; filed under its teams, the stream is
+    # not even asked about it.
+    assert asyncio.run(offered()) == (1, 1)
+    assert [change.lease_id[-1] for change in asked] == ["2"]
 
 
 def test_subscribers_arriving_at_once_share_one_reader_of_the_change_log(db: Any) -> None:
