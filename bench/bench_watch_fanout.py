@@ -14,7 +14,9 @@ the Redis stream the web process's feed reads). Phases, each with the same load:
   B. those 10 and `--streams` − 10 streams of a member of another team (they see none);
   C. `--streams` streams that each see every change (the cost per delivered frame, for scale).
 The web process's CPU (user + system, /proc, its tree) is read before the load and once every
-watching stream has all the changes; the idle rate measured before each phase is taken off.
+watching stream has all the changes; the idle rate measured before each phase (over IDLE_S, one
+heartbeat period of the streams: their keep-alives are the cost of being open, not of a change)
+is taken off.
 The figure: CPU per change, and B/A (the claim: ≤ 1, up to noise: 990 streams that may not see a
 change cost a comparison each, not a read or a render).
 """
@@ -40,6 +42,11 @@ priority_classes: [{name: default, value: 0}]
 sources:
   - {name: s, kind: simulated, pool: p, hosts: 4, gpus_per_host: 8}
 """
+
+# The idle rate is measured over one heartbeat period of the streams (allocation.watch.handlers
+# HEARTBEAT_S, 15 s) and a bit: each open stream's keep-alive is a cost of its being open, which a
+# shorter window would miss here and then charge to the changes of the load.
+IDLE_S = 16.0
 
 LOAD = """
 import sys, time
@@ -131,7 +138,7 @@ def _phase(name: str, web_pid: int, port: int, tokens: list[str], watching: int,
     try:
         time.sleep(2.0)
         idle_from, idle_cpu = time.monotonic(), _stack.cpu_seconds([web_pid])
-        time.sleep(3.0)
+        time.sleep(IDLE_S)
         idle_rate = (_stack.cpu_seconds([web_pid]) - idle_cpu) / (time.monotonic() - idle_from)
         before = clients.counts()
         started, cpu0 = time.monotonic(), _stack.cpu_seconds([web_pid])

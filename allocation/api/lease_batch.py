@@ -30,8 +30,13 @@ from allocation.api.serializers import LeaseCreateSerializer, LeaseSerializer
 from allocation.api.throttles import LeaseCreateThrottle
 from allocation.services.lease_batch import MAX_ITEMS, BatchItem, ItemResult, lease_create_batch
 from core.api.errors import error_body, exception_handler
+from core.api.renderers import JSONParser
 from core.api.schema import ErrorSerializer
 from core.errors import DomainError
+
+# JSON only: a list of objects has no form encoding (a form's `atomic=0` or `leases` as text would
+# be read loosely, and the schema would have to document them).
+PARSERS = [JSONParser]
 
 
 class LeaseBatchItemSerializer(LeaseCreateSerializer):
@@ -60,7 +65,12 @@ class LeaseBatchSerializer(serializers.Serializer[Any]):
 
 class _Envelope(serializers.Serializer[Any]):
     leases = serializers.ListField(child=serializers.JSONField(), min_length=1, max_length=MAX_ITEMS)
-    atomic = serializers.BooleanField(required=False, default=False)
+    atomic = serializers.JSONField(required=False)  # absent: False
+
+    def validate_atomic(self, value: Any) -> bool:
+        if not isinstance(value, bool):  # not DRF's lenient "0", 1, "yes": it decides what is written
+            raise serializers.ValidationError("Must be a valid boolean.")
+        return value
 
 
 class LeaseBatchResultSerializer(serializers.Serializer[Any]):
@@ -94,7 +104,7 @@ def batch_answer(request: Request) -> Response:
     envelope = _Envelope(data=request.data)
     envelope.is_valid(raise_exception=True)
     raw: list[Any] = envelope.validated_data["leases"]
-    atomic: bool = envelope.validated_data["atomic"]
+    atomic: bool = envelope.validated_data.get("atomic", False)
     taken, wait_s = LeaseCreateThrottle().take(request, len(raw))
     if taken == 0:
         raise exceptions.Throttled(wait_s)

@@ -108,7 +108,7 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
 
     @batch_api.DOCUMENTED
     @action(detail=False, methods=["post"], url_path="batch", url_name="batch", pagination_class=None,
-            filterset_class=None)
+            filterset_class=None, parser_classes=batch_api.PARSERS)
     def batch(self, request: Request) -> Response:
         """Many lease requests in one transaction (allocation/api/lease_batch.py)."""
         return batch_api.batch_answer(request)

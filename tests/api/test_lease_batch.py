@@ -152,6 +152,10 @@ def test_more_than_1000_items_an_empty_list_or_unknown_fields_are_a_400_for_the_
     top = _post(client, [{"pool": "training", "gpus": 1}], atomically=True)
     assert top.status_code == 400 and top.json()["details"] == {"atomically": ["unknown field"]}
     assert client.post(URL, {"pool": "training", "gpus": 1}, format="json").status_code == 400
+    loose = _post(client, [{"pool": "training", "gpus": 1}], atomic="0")  # a boolean, not DRF's lenient "0"
+    assert loose.status_code == 400 and "atomic" in loose.json()["details"]
+    form = client.post(URL, {"leases": "[]", "atomic": "0"}, format="multipart")  # JSON only
+    assert form.status_code == 415
     assert Lease.objects.count() == before
 
 
