@@ -1,7 +1,7 @@
 """What the queue caps and the shared rate limit cost on the lease-create path, in process, on
 PostgreSQL and Redis, against the same run's baselines.
 
-    python bench/bench_lease_create.py [--rounds 600] [--depth 0 --depth 999] [--db NAME]
+    python bench/bench_lease_create.py [--rounds 600] [--depth 0 --depth 999] [--db NAME] [--batch 500]
 
 Creates a fresh database (`--db`, on DATABASE_URL's server; dropped at the end) with two pools
 of 80 simulated GPUs: `open` (queue_caps null: nothing counted, nothing locked; the create path
@@ -15,7 +15,8 @@ the last 90%:
   2. the rate check alone: DRF's UserRateThrottle on the Redis cache (the limit as it was: a
      get and a set, not atomic across processes) vs the token bucket script (core.ratelimit);
   3. POST /api/v1/leases/ through DRF in process (token auth, validation, JSON; no HTTP): the old
-     way (`open`, cache throttle) vs the new (`capped`, token bucket).
+     way (`open`, cache throttle) vs the new (`capped`, token bucket);
+  4. with `--batch N`: N leases by one POST /api/v1/leases/batch/ vs N single POSTs, per lease.
 """
 
 from __future__ import annotations
@@ -183,7 +184,37 @@ class Bench:
         _report(f"3. POST /api/v1/leases/ through DRF, the team's queue at {depth} pending:", times, BASE_API)
 
 
+    def batch(self, size: int) -> None:
+        """POST /api/v1/leases/batch/ of `size` items vs `size` single POSTs, through DRF in process:
+        the time per lease. The queue is emptied (untimed) before each call."""
+        from rest_framework.test import APIClient
+
+        from allocation.models import Lease
+        from core.tokens import token_issue
+
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token_issue(user=self.user, name='batch', scope='write')}")
+        body = {"pool": "capped", "gpus": 1}
+
+        def singles() -> None:
+            for _ in range(size):
+                assert client.post("/api/v1/leases/", body, format="json").status_code == 201
+
+        def batch() -> None:
+            answer = client.post("/api/v1/leases/batch/", {"leases": [body] * size}, format="json")
+            assert answer.status_code == 200 and answer.json()["created"] == size, answer.content[:300]
+
+        def empty() -> None:
+            Lease.objects.filter(team=self.team).delete()
+
+        rounds = max(3, self.rounds // size)
+        times = _rounds(rounds, {BASE_SINGLES: singles, f"one POST leases/batch/ of {size}": batch}, empty)
+        per_lease = {name: [t / size for t in ts] for name, ts in times.items()}
+        _report(f"4. {size} leases, per lease, through DRF ({rounds} rounds):", per_lease, BASE_SINGLES)
+
+
 BASE_SERVICE = "in pool open (no caps: as before)"
+BASE_SINGLES = "single POST leases/ (one call a lease)"
 BASE_RATE = "cache throttle (get + set; as before)"
 BASE_API = "open + cache throttle (as before)"
 
@@ -212,6 +243,8 @@ def main() -> int:
     parser.add_argument("--async-commit", action="store_true",
                         help="synchronous_commit off in this session: each commit's WAL flush (milliseconds on a "
                              "busy disk, the same with and without caps) out of the figures")
+    parser.add_argument("--batch", type=int, default=0, metavar="N",
+                        help="also time N leases made by one POST leases/batch/ against N single POSTs")
     args, _ = parser.parse_known_args()
     depths = args.depth or [0, 999]
     url = _setup(args)
@@ -225,6 +258,8 @@ def main() -> int:
             bench.service(depth)
         bench.rate_check()
         bench.api(depths[-1])
+        if args.batch:
+            bench.batch(args.batch)
     finally:
         connections.close_all()
         _stack.drop_database(url)

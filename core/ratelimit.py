@@ -2,7 +2,8 @@
 script, so that two processes (or two threads) can never both spend the last token.
 
 A bucket of `capacity` tokens refills at `capacity / period_s` tokens a second; a request takes
-one token, or is refused with the time until the next one. So `N/min` lets a client make a
+one token (a batch of N requests N tokens: as many as there are), or is refused with the time
+until the next one. So `N/min` lets a client make a
 burst of N requests, then N a minute: over any window of W seconds at most N + N·W/60 (the
 long-run rate is exactly the setting). The clock is Redis's own (`TIME`, read inside the
 script), the one clock every process shares; the bucket's key expires once it would be full
@@ -36,8 +37,9 @@ logger = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # after a failure, how long the limiter lets everything through without asking Redis
 
-# KEYS[1]: the bucket (a hash: tokens, at); ARGV: capacity, refill per second.
-# Returns {1, 0} when a token was taken, {0, microseconds until the next token} when not.
+# KEYS[1]: the bucket (a hash: tokens, at); ARGV: capacity, refill per second, tokens wanted (1
+# when absent). Takes as many of the wanted tokens as there are; returns {tokens taken, 0} when it
+# took them all, else {tokens taken, microseconds until the next token}.
 _TAKE_LUA = """
 if redis.replicate_commands then redis.replicate_commands() end
 local capacity = tonumber(ARGV[1])
@@ -48,12 +50,11 @@ local bucket = redis.call('HMGET', KEYS[1], 'tokens', 'at')
 local tokens = tonumber(bucket[1]) or capacity
 local at = tonumber(bucket[2]) or now
 tokens = math.min(capacity, tokens + math.max(0, now - at) * refill)
-local taken = 0
+local wanted = tonumber(ARGV[3]) or 1
+local taken = math.min(wanted, math.floor(tokens))
+tokens = tokens - taken
 local wait_us = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-  taken = 1
-else
+if taken < wanted then
   wait_us = math.ceil((1 - tokens) / refill * 1000000)
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'at', string.format('%.6f', now))
@@ -95,14 +96,21 @@ class TokenBucket:
     def take(self, key: str, *, capacity: int, period_s: float) -> Taken:
         """Take one token from the bucket `key` (`capacity` tokens, refilled over `period_s`).
         Allowed without asking Redis while it was failing less than RETRY_S ago."""
+        taken, wait_s = self.take_many(key, 1, capacity=capacity, period_s=period_s)
+        return Taken(True) if taken else Taken(False, wait_s)
+
+    def take_many(self, key: str, wanted: int, *, capacity: int, period_s: float) -> tuple[int, float]:
+        """Take up to `wanted` tokens from the bucket `key` at once (a batch of N requests takes N):
+        (how many were taken, seconds until the next token when fewer than `wanted`). All of
+        them, without asking Redis, while it was failing less than RETRY_S ago."""
         if time.monotonic() < self._skip_until:
-            return Taken(True)
+            return wanted, 0.0
         try:
-            taken, wait_us = self._take_script()(keys=[key], args=[capacity, capacity / period_s])
+            taken, wait_us = self._take_script()(keys=[key], args=[capacity, capacity / period_s, wanted])
         except RedisError as exc:
             self._failed(exc)
-            return Taken(True)
-        return Taken(True) if int(taken) else Taken(False, int(wait_us) / 1_000_000)
+            return wanted, 0.0
+        return int(taken), int(wait_us) / 1_000_000
 
     def _take_script(self) -> Any:
         client = self._client()

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 
 from allocation.api import exec as exec_api
+from allocation.api import lease_batch as batch_api
 from allocation.api import logs as log_api
 from allocation.api import shells as shell_api
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag, lease_rows, render_rows
@@ -103,6 +104,13 @@ class LeaseViewSet(mixins.CreateModelMixin, ReadOnlyViewSet):
         if created:  # a new lease holds no GPUs yet: nothing to read back
             return Response(lease_dict(lease, gpus=[]), status=status.HTTP_201_CREATED)
         return Response(lease_dict(lease), status=status.HTTP_200_OK)
+
+    @batch_api.DOCUMENTED
+    @action(detail=False, methods=["post"], url_path="batch", url_name="batch", pagination_class=None,
+            filterset_class=None, parser_classes=batch_api.PARSERS)
+    def batch(self, request: Request) -> Response:
+        """Many lease requests in one transaction (allocation/api/lease_batch.py)."""
+        return batch_api.batch_answer(request)
 
     @extend_schema(summary="Renew a lease", request=RenewSerializer, responses=LeaseSerializer,
                    parameters=[RenewQuerySerializer])

@@ -28,16 +28,20 @@ class LeaseCreateThrottle(BaseThrottle):
         self._wait_s: float | None = None
 
     def allow_request(self, request: Request, view: Any) -> bool:
+        taken, self._wait_s = self.take(request, 1)
+        return taken == 1
+
+    def take(self, request: Request, wanted: int) -> tuple[int, float]:
+        """Take up to `wanted` tokens of the user's bucket: (how many were taken, seconds until the
+        next token when fewer). A batch of N lease requests takes N (allocation/api/lease_batch.py)."""
         rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
         if rate is None:
-            return True
+            return wanted, 0.0
         capacity, period_s = parse_rate(str(rate))
         user = request.user
         who = f"user:{user.pk}" if user is not None and user.is_authenticated else f"ip:{self.get_ident(request)}"
-        taken = BUCKETS.take(f"{KEY_PREFIX}:{self.scope}:{capacity}/{period_s}:{who}", capacity=capacity,
-                             period_s=period_s)
-        self._wait_s = taken.wait_s
-        return taken.allowed
+        return BUCKETS.take_many(f"{KEY_PREFIX}:{self.scope}:{capacity}/{period_s}:{who}", wanted,
+                                 capacity=capacity, period_s=period_s)
 
     def wait(self) -> float | None:
         """Seconds until the next request would be let through (DRF rounds it up for Retry-After)."""

@@ -15,12 +15,12 @@ from django.db.models import Exists, F, OuterRef, Q, QuerySet, Subquery
 from allocation.audit import audit
 from allocation.choices import END_STATES, BindingKind, LeaseState
 from allocation.lease_states import lease_end
-from allocation.models import Budget, Lease, PoolScheduling, PriorityClass, Quota, Team
+from allocation.models import AuditEvent, Budget, Lease, PoolScheduling, PriorityClass, Quota, Team
 from allocation.outbox import change_of, outbox_cte, publish_after_commit
 from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.codes import PendingCode
 from allocation.selectors import LEASE_FIELDS, lease_row, with_gpus, with_names
-from allocation.services.budgets import budget_judge
+from allocation.services.budgets import Demotion, budget_judge
 from allocation.services.placement import check_placeable, check_satisfiable
 from allocation.services.queue_caps import QueueGuard, queue_guard, refused
 from allocation.triggers import request_pass, request_unbind
@@ -143,22 +143,13 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     caps, atomically (allocation.services.queue_caps): over one it is QueueFull (429
     `queue_full`)."""
     pool_name = pool if isinstance(pool, str) else pool.name
-    request = {"pool": pool_name, "gpus": gpus, "team": team, "priority_class": priority_class,
-               "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
-               "same_host": same_host, "binding": binding, "requeue_on_loss": requeue_on_loss,
-               "min_driver_version": min_driver_version, "min_cuda_version": min_cuda_version}
-    if selector:  # only when given, so that the fingerprints of earlier keys still match
-        request["selector"] = selector
-    if topology:
-        request["topology"] = topology
+    request = lease_request(pool=pool_name, gpus=gpus, team=team, priority_class=priority_class, model=model,
+                            min_memory_mb=min_memory_mb, min_driver_version=min_driver_version,
+                            min_cuda_version=min_cuda_version, ttl_seconds=ttl_seconds, same_host=same_host,
+                            requeue_on_loss=requeue_on_loss, binding=binding, selector=selector, topology=topology)
     fingerprint = _fingerprint(request)
     try:
-        resolved = _resolve(user, pool, team, priority_class)
-        check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb,
-                           same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
-        check_placeable(resolved.pool, gpus=gpus, model=model, min_memory_mb=min_memory_mb, same_host=same_host,
-                        workload=(binding or {}).get("kind", ""), selector=selector)
-        demoted = budget_judge(resolved.team, resolved.pool) if resolved.has_budget else None
+        resolved, demoted = judge(user, pool, request)
     except DomainError:
         # A replay answers with the first lease even if the request would be refused today.
         if idempotency_key:
@@ -166,25 +157,7 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
             if replay is not None:
                 return replay, False
         raise
-    ttl = ttl_seconds or settings.GPUPOOL["DEFAULT_TTL_S"]
-    reason, note = "waiting for the next scheduling pass", {}
-    if demoted is not None and demoted.priority_class.pk != resolved.priority_class.pk:
-        resolved = replace(resolved, priority_class=demoted.priority_class)
-        reason += f"; {demoted.reason}"
-        note = {"demoted": {"to": demoted.priority_class.name, "from": priority_class or "default",
-                            "reason": demoted.reason}}
-    lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
-                  gpu_count=gpus, model=model, min_memory_mb=min_memory_mb,
-                  min_driver_version=min_driver_version, min_cuda_version=min_cuda_version,
-                  same_host=same_host, selector=selector or {}, topology=topology or {},
-                  requeue_on_loss=requeue_on_loss, ttl_seconds=ttl,
-                  binding_kind=(binding or {}).get("kind", BindingKind.NONE),
-                  binding_spec=binding or {}, idempotency_key=idempotency_key,
-                  request_fingerprint=fingerprint, reason=reason, pending_code=PendingCode.NEXT_PASS)
-    event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
-                  message=f"{gpus} GPU(s) in pool {pool_name} for team {resolved.team.name}"
-                          + (f"; {note['demoted']['reason']}" if note else ""),
-                  data={"request": request, **note})
+    lease, event, resolved = new_lease(user, resolved, demoted, request, fingerprint, idempotency_key)
     guard = queue_guard(pool_id=resolved.pool.pk, team_id=resolved.team.pk, gpus=gpus, caps=resolved.queue_caps)
     inserted, queue = _insert_lease(lease, event, guard)
     if not inserted:
@@ -204,6 +177,63 @@ def lease_create(*, user: Any, pool: Pool | str, gpus: int, team: str | None = N
     publish_after_commit()
     transaction.on_commit(lambda: request_pass(resolved.pool.pk))
     return lease, True
+
+
+def lease_request(*, pool: str, gpus: int, team: str | None, priority_class: str | None, model: str,
+                  min_memory_mb: int, min_driver_version: str, min_cuda_version: str, ttl_seconds: int | None,
+                  same_host: bool, requeue_on_loss: bool, binding: dict[str, Any] | None,
+                  selector: dict[str, Any] | None, topology: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A lease request as its Idempotency-Key fingerprint and its audit event record it."""
+    request = {"pool": pool, "gpus": gpus, "team": team, "priority_class": priority_class,
+               "model": model, "min_memory_mb": min_memory_mb, "ttl_seconds": ttl_seconds,
+               "same_host": same_host, "binding": binding, "requeue_on_loss": requeue_on_loss,
+               "min_driver_version": min_driver_version, "min_cuda_version": min_cuda_version}
+    if selector:  # only when given, so that the fingerprints of earlier keys still match
+        request["selector"] = selector
+    if topology:
+        request["topology"] = topology
+    return request
+
+
+def judge(user: Any, pool: Pool | str, request: dict[str, Any]) -> tuple[_Resolved, Demotion | None]:
+    """What `request` (lease_request) names, resolved, and whether it could ever be satisfied and
+    placed, and what the team's budgets say (a refusal raises DomainError). The batch create
+    (services/lease_batch.py) judges each distinct request once."""
+    resolved = _resolve(user, pool, request["team"], request["priority_class"])
+    gpus, model, memory, same_host = request["gpus"], request["model"], request["min_memory_mb"], request["same_host"]
+    check_satisfiable(resolved.pool, gpus=gpus, model=model, min_memory_mb=memory,
+                      same_host=same_host, limit=resolved.quota_limit, team=resolved.team)
+    check_placeable(resolved.pool, gpus=gpus, model=model, min_memory_mb=memory, same_host=same_host,
+                    workload=(request["binding"] or {}).get("kind", ""), selector=request.get("selector"))
+    demoted = budget_judge(resolved.team, resolved.pool) if resolved.has_budget else None
+    return resolved, demoted
+
+
+def new_lease(user: Any, resolved: _Resolved, demoted: Demotion | None, request: dict[str, Any],
+              fingerprint: str, idempotency_key: str) -> tuple[Lease, AuditEvent, _Resolved]:
+    """The pending lease of a judged request and its `lease.created` audit event, unsaved; and
+    `resolved` with the priority class a budget demoted it to."""
+    gpus, binding, selector = request["gpus"], request["binding"], request.get("selector")
+    ttl = request["ttl_seconds"] or settings.GPUPOOL["DEFAULT_TTL_S"]
+    reason, note = "waiting for the next scheduling pass", {}
+    if demoted is not None and demoted.priority_class.pk != resolved.priority_class.pk:
+        resolved = replace(resolved, priority_class=demoted.priority_class)
+        reason += f"; {demoted.reason}"
+        note = {"demoted": {"to": demoted.priority_class.name, "from": request["priority_class"] or "default",
+                            "reason": demoted.reason}}
+    lease = Lease(team=resolved.team, user=user, pool=resolved.pool, priority_class=resolved.priority_class,
+                  gpu_count=gpus, model=request["model"], min_memory_mb=request["min_memory_mb"],
+                  min_driver_version=request["min_driver_version"], min_cuda_version=request["min_cuda_version"],
+                  same_host=request["same_host"], selector=selector or {}, topology=request.get("topology") or {},
+                  requeue_on_loss=request["requeue_on_loss"], ttl_seconds=ttl,
+                  binding_kind=(binding or {}).get("kind", BindingKind.NONE),
+                  binding_spec=binding or {}, idempotency_key=idempotency_key,
+                  request_fingerprint=fingerprint, reason=reason, pending_code=PendingCode.NEXT_PASS)
+    event = audit(actor=actor_name(user), action="lease.created", obj=lease, lease=lease,
+                  message=f"{gpus} GPU(s) in pool {request['pool']} for team {resolved.team.name}"
+                          + (f"; {note['demoted']['reason']}" if note else ""),
+                  data={"request": request, **note})
+    return lease, event, resolved
 
 
 def _insert_lease(lease: Lease, event: Any, guard: QueueGuard | None) -> tuple[bool, tuple[int, int] | None]:

@@ -100,22 +100,6 @@ def _cookies(raw: str) -> dict[str, str]:
     return {k: m.value for k, m in jar.items()}
 
 
-def changes_json(viewer: Viewer, changes: list[LeaseChange]) -> list[str | None]:
-    """The API's JSON of each change's lease (None where the viewer may not see it), in order, two
-    queries for the batch. Its `state` is the one the change announced, not the lease's state now:
-    a stream replayed from a bookmark shows each transition in turn (pending, granted, released),
-    the rest of the lease as it is."""
-    from allocation.api.lease_json import lease_dicts
-    from core.api.renderers import JSONRenderer
-
-    render = JSONRenderer().render
-    leases = {str(data["id"]): data for data in
-              lease_dicts(list(dict.fromkeys(c.lease_id for c in changes)), visible_to=viewer.user)}
-    found = [(change, leases.get(str(uuid.UUID(change.lease_id)))) for change in changes]
-    return [render({**data, "state": change.state}).decode() if data is not None else None
-            for change, data in found]
-
-
 def lease_state_and_json(viewer: Viewer, lease_id: str) -> tuple[str | None, bytes, str]:
     """(state, JSON body, ETag) of one lease the viewer may see, or (None, b"", "") when it may not."""
     from allocation.api.lease_json import lease_etag

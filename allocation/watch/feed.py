@@ -84,7 +84,8 @@ class Subscriber:
     queue: asyncio.Queue[tuple[str, LeaseChange]] = field(
         default_factory=lambda: asyncio.Queue(maxsize=QUEUE_MAX))
     overflowed: bool = False
-    lease_id: str = ""  # set: also woken when this lease's explanation changes (a long poll)
+    lease_id: str = ""  # set: this lease's changes only, and woken when its explanation changes (a long poll)
+    teams: frozenset[int] | None = None  # set: these teams' changes only (a member's stream)
 
     def poke(self) -> None:
         with contextlib.suppress(asyncio.QueueFull):
@@ -105,30 +106,50 @@ class Feed:
     def __init__(self) -> None:
         self._next_check = 0.0
         self.subscribers: set[Subscriber] = set()
-        self.by_lease: dict[str, set[Subscriber]] = {}  # the subscribers that take pokes, by lease id
+        # Where dispatch looks for the subscribers of a change, so that it never touches those who
+        # may not see it (a thousand streams of other teams cost nothing per change): one lease's
+        # (long polls, which also take pokes), some teams' (a member's streams), or any (the rest).
+        self.by_lease: dict[str, set[Subscriber]] = {}
+        self.by_team: dict[int, set[Subscriber]] = {}
+        self.unindexed: set[Subscriber] = set()
         self._task: asyncio.Task[None] | None = None
         self._pokes: asyncio.Task[None] | None = None
+        self._starting: asyncio.Lock | None = None
         self._redis: Any = None
         self.head = ""  # the last event id handed out (or the log's end at start)
 
     # --- subscribers ------------------------------------------------------------------------
-    async def subscribe(self, wants: Callable[[LeaseChange], bool], *, lease_id: str = "") -> Subscriber:
-        """A new subscriber for the changes `wants` accepts; with `lease_id`, also poked when
-        that lease's explanation changes."""
+    async def subscribe(self, wants: Callable[[LeaseChange], bool], *, lease_id: str = "",
+                        teams: frozenset[int] | None = None) -> Subscriber:
+        """A new subscriber for the changes `wants` accepts: with `lease_id`, of that lease only,
+        and also poked when its explanation changes; with `teams`, of those teams' leases only."""
         await self._ensure_running()
-        sub = Subscriber(wants, lease_id=lease_id)
+        sub = Subscriber(wants, lease_id=lease_id, teams=teams)
         self.subscribers.add(sub)
-        if lease_id:
-            self.by_lease.setdefault(lease_id, set()).add(sub)
+        for bucket in self._buckets(sub, create=True):
+            bucket.add(sub)
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.subscribers.discard(sub)
-        poked = self.by_lease.get(sub.lease_id)
-        if poked is not None:
-            poked.discard(sub)
-            if not poked:
-                del self.by_lease[sub.lease_id]
+        for bucket in self._buckets(sub, create=False):
+            bucket.discard(sub)
+        if sub.lease_id and not self.by_lease.get(sub.lease_id, True):
+            del self.by_lease[sub.lease_id]
+        for team in sub.teams or ():
+            if not self.by_team.get(team, True):
+                del self.by_team[team]
+
+    def _buckets(self, sub: Subscriber, *, create: bool) -> list[set[Subscriber]]:
+        if sub.lease_id:
+            keyed: list[tuple[dict[Any, set[Subscriber]], Any]] = [(self.by_lease, sub.lease_id)]
+        elif sub.teams is not None:
+            keyed = [(self.by_team, team) for team in sub.teams]
+        else:
+            return [self.unindexed]
+        if create:
+            return [index.setdefault(key, set()) for index, key in keyed]
+        return [index[key] for index, key in keyed if key in index]
 
     def poke(self, lease_ids: list[str]) -> None:
         for lease_id in lease_ids:
@@ -137,8 +158,9 @@ class Feed:
 
     def dispatch(self, event_id: str, change: LeaseChange) -> None:
         self.head = event_id
-        for sub in list(self.subscribers):
-            sub.offer(event_id, change)
+        for bucket in (self.by_lease.get(change.lease_id), self.by_team.get(change.team_id), self.unindexed):
+            for sub in list(bucket or ()):
+                sub.offer(event_id, change)
 
     # --- the log ------------------------------------------------------------------------------
     def redis(self) -> Any:
@@ -154,8 +176,16 @@ class Feed:
             self._pokes = asyncio.get_running_loop().create_task(self._run_pokes(), name="lease-pokes")
         if self._task is not None and not self._task.done():
             return
-        self.head = await self.end_of_log()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
+        # One reader, however many subscribers arrive at once: without the lock each of them,
+        # waiting on end_of_log, started a reader of its own, and every change reached every
+        # subscriber once per reader.
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._task is not None and not self._task.done():
+                return
+            self.head = await self.end_of_log()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="lease-feed")
 
     async def _run_pokes(self) -> None:
         """Listen to the EXPLAINED channel for as long as the process lives (reconnecting with

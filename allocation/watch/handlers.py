@@ -28,7 +28,8 @@ from urllib.parse import parse_qs
 from allocation.events import LeaseChange
 from allocation.watch import access
 from allocation.watch.access import HttpError
-from allocation.watch.feed import BadEventId, Expired, feed, in_db, parse_event_id
+from allocation.watch.feed import POKE, BadEventId, Expired, feed, in_db, parse_event_id
+from allocation.watch.rendered import renderer
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -137,19 +138,34 @@ async def wait_lease(scope: dict[str, Any], receive: Receive, send: Send, *, lea
             left = deadline - time.monotonic()
             if left <= 0:
                 break
+            woken: list[tuple[str, LeaseChange]] = []
             try:
-                await asyncio.wait_for(sub.queue.get(), timeout=min(left, RECHECK_S))
+                woken.append(await asyncio.wait_for(sub.queue.get(), timeout=min(left, RECHECK_S)))
                 while not sub.queue.empty():  # one read for a burst of changes
-                    sub.queue.get_nowait()
+                    woken.append(sub.queue.get_nowait())
             except TimeoutError:
                 pass
-            state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
-            if state is None:
-                raise HttpError(404, "not_found", "No Lease matches the given query.")
+            state, body, etag = await _lease_now(viewer, lease_id, woken)
         await send_json(send, 200, body, ((b"etag", f'"{etag}"'.encode()),))
     finally:
         if sub is not None:
             feed().unsubscribe(sub)
+
+
+async def _lease_now(viewer: access.Viewer, lease_id: str,
+                     woken: list[tuple[str, LeaseChange]]) -> tuple[str, bytes, str]:
+    """The lease after a wake-up: woken by changes only, the last one's rendering, shared with the
+    streams that send it (allocation/watch/rendered.py); else (a poke, a timeout) read again."""
+    if woken and all(event_id and change is not POKE for event_id, change in woken):
+        from allocation.api.lease_json import lease_etag  # Django's models: loaded once apps are
+
+        last = (await renderer().get(woken[-1:]))[0]
+        if last.body is not None:
+            return last.state, last.body, lease_etag(last.body)
+    state, body, etag = await in_db(access.lease_state_and_json, viewer, lease_id)
+    if state is None:
+        raise HttpError(404, "not_found", "No Lease matches the given query.")
+    return state, body, etag
 
 
 # --- the event stream -----------------------------------------------------------------------------
@@ -167,7 +183,8 @@ async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> N
     wants: Callable[[LeaseChange], bool] = await in_db(
         access.change_filter, viewer, params.get("team", ""), params.get("pool", ""))
     source = feed()
-    sub = await source.subscribe(wants)
+    # A member's stream is filed under their teams: the feed never offers it another team's change.
+    sub = await source.subscribe(wants, teams=None if viewer.is_admin else viewer.team_ids)
     try:
         head = source.head
         backlog: list[tuple[str, LeaseChange]] = []
@@ -183,7 +200,7 @@ async def lease_events(scope: dict[str, Any], receive: Receive, send: Send) -> N
             (b"x-accel-buffering", b"no")]})
         await _chunk(send, f"retry: 2000\nid: {since or head}\nevent: bookmark\ndata: {{}}\n\n")
         if backlog:
-            await _emit(send, viewer, backlog)
+            await _emit(send, backlog)
         await _stream(send, receive, viewer, sub, floor=parse_event_id(head), until=time.monotonic() + duration)
     finally:
         source.unsubscribe(sub)
@@ -213,7 +230,7 @@ async def _stream(send: Send, receive: Receive, viewer: access.Viewer, sub: Any,
             # Changes already sent from the backlog were queued live too: skip them.
             batch = [(i, c) for i, c in batch if parse_event_id(i) > floor]
             if batch:
-                await _emit(send, viewer, batch)
+                await _emit(send, batch)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except OSError:  # the client went away mid-write
         pass
@@ -221,12 +238,12 @@ async def _stream(send: Send, receive: Receive, viewer: access.Viewer, sub: Any,
         disconnected.cancel()
 
 
-async def _emit(send: Send, viewer: access.Viewer, batch: list[tuple[str, LeaseChange]]) -> None:
-    bodies = await in_db(access.changes_json, viewer, [c for _, c in batch])
-    out = [f"id: {event_id}\nevent: lease\ndata: {body}\n\n"
-           for (event_id, _), body in zip(batch, bodies, strict=True) if body is not None]
-    if out:
-        await _chunk(send, "".join(out))
+async def _emit(send: Send, batch: list[tuple[str, LeaseChange]]) -> None:
+    """Send the changes (already filtered by the stream's `wants`), each rendered once per process
+    and shared with every other stream that sends it (allocation/watch/rendered.py)."""
+    frames = b"".join(r.frame for r in await renderer().get(batch))
+    if frames:
+        await send({"type": "http.response.body", "body": frames, "more_body": True})
 
 
 async def _chunk(send: Send, text: str) -> None:

@@ -11,9 +11,10 @@ from typing import Any
 
 import click
 
+from gpupool_cli.batch import create_leases, failure
 from gpupool_cli.context import Ctx
 from gpupool_cli.errors import ApiError, CliError, NotFound, Terminated, UsageError, WaitTimeout, stop_name
-from gpupool_cli.leases import lease_block
+from gpupool_cli.leases import lease_block, leases_table
 from gpupool_cli.options import current, global_options, key_values, lease_request_options
 from gpupool_cli.output import format_duration, parse_duration
 from gpupool_cli.waiting import ENDED, HOLDING, Follower, StatusLine
@@ -137,10 +138,14 @@ def wait_for_grant(ctx: Ctx, lease_id: str, opts: dict[str, Any]) -> dict[str, A
 @click.command("request")
 @lease_request_options
 @click.option("--wait", is_flag=True, help="wait until granted, with the queue position (Ctrl-C cancels)")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="make this many identical leases, in batches of 1,000 a call (not with --wait)")
 @global_options
-def cmd_request(wait: bool, **opts: Any) -> int:
-    """Request GPUs; --wait until granted."""
+def cmd_request(wait: bool, count: int, **opts: Any) -> int:
+    """Request GPUs; --wait until granted; --count N leases at once."""
     ctx = current()
+    if count > 1:
+        return _request_many(ctx, opts, count, wait)
     lease = create_lease(ctx, request_body(ctx, opts))
     if not wait:
         ctx.emit(lease, lambda: lease_block(lease))
@@ -152,6 +157,20 @@ def cmd_request(wait: bool, **opts: Any) -> int:
     if lease["state"] in ENDED:
         raise CliError(f"lease {lease['id']} {lease['state']}: {lease.get('reason') or ''}".rstrip(": "),
                        code=f"lease_{lease['state']}")
+    return 0
+
+
+def _request_many(ctx: Ctx, opts: dict[str, Any], count: int, wait: bool) -> int:
+    """`request --count N`: the leases made (a list: JSON, YAML or a table); an error naming how many
+    failed and why when some did (exit code of the first item's error)."""
+    if wait:
+        raise UsageError("--wait follows one lease: leave it out with --count (`gpupool ls` shows them)",
+                         code="wait_with_count")
+    leases, failed = create_leases(ctx, request_body(ctx, opts), count)
+    if leases:
+        ctx.emit(leases, lambda: leases_table(leases, wide=ctx.wide, headers=not ctx.no_headers))
+    if failed:
+        raise failure(failed, count)
     return 0
 
 

@@ -132,13 +132,35 @@ def bulk_insert_columns(model: type[models.Model], fields: Sequence[str],
     n = len(columns[0]) if columns else 0
     if not n:
         return 0
+    _insert_unnest(model, fields, columns)
+    return n
+
+
+def _insert_unnest(model: type[models.Model], fields: Sequence[str], columns: Sequence[Sequence[Any]],
+                   suffix: str = "") -> list[tuple[Any, ...]]:
     cols = _fields(model, fields)
     casts, params = _array_params(cols, columns)
     names = ", ".join(_column(f) for f in cols)
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) "
-                       f"SELECT * FROM unnest({', '.join(casts)})", params)
-    return n
+                       f"SELECT * FROM unnest({', '.join(casts)}){suffix}", params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+def bulk_insert_instances(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> set[str]:
+    """INSERT unsaved instances of one model as save() would write them (every concrete field
+    through its `pre_save`, but an auto-increment key), in one `INSERT … SELECT FROM unnest`.
+    With `ignore_conflicts`, rows a unique constraint keeps out are skipped (ON CONFLICT DO
+    NOTHING). Returns the primary keys (as str) of the rows written; no statement for none."""
+    if not objs:
+        return set()
+    meta = objs[0]._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    columns = [[f.pre_save(obj, True) for obj in objs] for f in fields]
+    suffix = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
+    rows = _insert_unnest(type(objs[0]), [f.name for f in fields], columns,
+                          f"{suffix} RETURNING {_column(meta.pk)}::text")
+    return {row[0] for row in rows}
 
 
 def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: Sequence[str] = (),

@@ -168,6 +168,13 @@ class TestLeaseCreateForTheMembersTeam(EndpointPermissions):
     expect = {"anonymous": 401, "member": 201, "other": 403, "admin": 201}
 
 
+class TestLeaseBatchForTheMembersTeam(EndpointPermissions):
+    # The call is the caller's; each item answers for itself (another team's item: its own 403).
+    method, path = "post", "/api/v1/leases/batch/"
+    body = {"leases": [{"pool": "training", "gpus": 1, "team": "vision"}]}
+    expect = {"anonymous": 401, "member": 200, "other": 200, "admin": 200}
+
+
 class TestLeaseDetail(EndpointPermissions):
     path, expect = "/api/v1/leases/{lease}/", OWN_TEAM
 
