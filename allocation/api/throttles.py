@@ -28,17 +28,27 @@ class LeaseCreateThrottle(BaseThrottle):
         self._wait_s: float | None = None
 
     def allow_request(self, request: Request, view: Any) -> bool:
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        if rate is None:
-            return True
-        capacity, period_s = parse_rate(str(rate))
         user = request.user
         who = f"user:{user.pk}" if user is not None and user.is_authenticated else f"ip:{self.get_ident(request)}"
-        taken = BUCKETS.take(f"{KEY_PREFIX}:{self.scope}:{capacity}/{period_s}:{who}", capacity=capacity,
-                             period_s=period_s)
-        self._wait_s = taken.wait_s
-        return taken.allowed
+        allowed, self._wait_s = _take(who)
+        return allowed
 
     def wait(self) -> float | None:
         """Seconds until the next request would be let through (DRF rounds it up for Retry-After)."""
         return self._wait_s
+
+
+def _take(who: str) -> tuple[bool, float | None]:
+    rate = api_settings.DEFAULT_THROTTLE_RATES.get(LeaseCreateThrottle.scope)
+    if rate is None:
+        return True, None
+    capacity, period_s = parse_rate(str(rate))
+    taken = BUCKETS.take(f"{KEY_PREFIX}:{LeaseCreateThrottle.scope}:{capacity}/{period_s}:{who}",
+                         capacity=capacity, period_s=period_s)
+    return taken.allowed, taken.wait_s
+
+
+def lease_rate_take(user: Any) -> tuple[bool, float | None]:
+    """One lease request of an authenticated `user` from the same bucket as LeaseCreateThrottle
+    (the fast lease path, allocation/api/fast/app.py): (allowed, seconds to wait when not)."""
+    return _take(f"user:{user.pk}")
