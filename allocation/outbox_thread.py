@@ -48,7 +48,7 @@ class RelayThread:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        from django.db import close_old_connections, connections
+        from django.db import connections
 
         while True:
             self._wake.wait()
@@ -63,5 +63,17 @@ class RelayThread:
                                exc_info=True)
             finally:
                 self.runs += 1
-                # This thread's connection lives outside any request: drop it if it broke or aged.
-                close_old_connections()
+                _drop_broken_or_aged()
+
+
+def _drop_broken_or_aged() -> None:
+    """This thread's connection lives outside any request: close it once a query failed on it or
+    CONN_MAX_AGE passed (the next round opens a new one). Not Django's close_old_connections, which
+    would also make the next round's first query a health check (one more round trip a round)."""
+    import time
+
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if conn.errors_occurred or (conn.close_at is not None and time.monotonic() >= conn.close_at):
+            conn.close_if_unusable_or_obsolete()

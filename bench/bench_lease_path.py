@@ -1,5 +1,6 @@
 """Server CPU per lease request: the hot lease path (allocation/api/fast/) against the generic DRF
-path (`GPUPOOL_LEASE_FAST_PATH=0`, the baseline), in the same run, through the web server that
+path (`GPUPOOL_LEASE_FAST_PATH=0`, the baseline; `inline`: also without the web processes' outbox
+relay thread, `GPUPOOL_OUTBOX_RELAY_THREAD=0`), in the same run, through the web server that
 `make run` starts (pool/gunicorn_conf.py), with `wrk` as the load.
 
     python bench/bench_lease_path.py [--seconds 6] [--repeat 2] [--rate 500] [--profile bench/profiles]
@@ -45,7 +46,11 @@ from stacktools.ready import free_port
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk_api.lua"
 LEASE_BODY = '{"pool": "bench", "gpus": 1}'
-PATHS = {"generic": "0", "fast": "1"}  # GPUPOOL_LEASE_FAST_PATH of each
+# The web server's settings of each path measured: `inline` is the generic path as it was before
+# the web processes' outbox relay thread (each request publishing its lease event after its commit).
+PATHS = {"inline": {"GPUPOOL_LEASE_FAST_PATH": "0", "GPUPOOL_OUTBOX_RELAY_THREAD": "0"},
+         "generic": {"GPUPOOL_LEASE_FAST_PATH": "0", "GPUPOOL_OUTBOX_RELAY_THREAD": "1"},
+         "fast": {"GPUPOOL_LEASE_FAST_PATH": "1", "GPUPOOL_OUTBOX_RELAY_THREAD": "1"}}
 
 CONFIG = """
 pools: [{{name: bench}}]
@@ -167,7 +172,7 @@ def _phase(server: Server, dbname: str, run: Callable[[], dict[str, Any]]) -> di
 def _run_path(path: str, env: dict[str, str], args: argparse.Namespace, tokens: list[str], leases: list[str],
               dbname: str, profile: Path | None) -> dict[str, dict[str, Any]]:
     log = Path(env["GPUPOOL_VAR_DIR"]) / f"web-{path}.log"
-    server = Server({**env, "GPUPOOL_LEASE_FAST_PATH": PATHS[path]}, args.workers, log)
+    server = Server({**env, **PATHS[path]}, args.workers, log)
     wrk_env = {"BENCH_TOKENS": ",".join(tokens[:args.threads]), "BENCH_LEASES": ",".join(leases[:args.threads]),
                "BENCH_BODY": LEASE_BODY}
     phases: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -178,7 +183,7 @@ def _run_path(path: str, env: dict[str, str], args: argparse.Namespace, tokens: 
                                BENCH_PATHS="/api/v1/leases/{lease}/renew/")),
         (f"paced @{args.rate:g}/s", lambda: _pace(server, args, tokens)),
     ]
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     try:
         _wrk(server, args, 2, **wrk_env, BENCH_MODE="lease")  # warm: connections, caches, prepared statements
         for name, run in phases:
@@ -211,12 +216,14 @@ def _report(runs: list[dict[str, dict[str, dict[str, Any]]]], args: argparse.Nam
     print(f"\nweb: `make run`'s server ({' '.join(web_command(0, args.workers)[2:])}), PostgreSQL + Redis, "
           f"{os.cpu_count()} cores shared with wrk; medians of {len(runs)} runs; CPU per request = CPU "
           "seconds spent / requests served")
-    print(f"{'phase':<18}{'path':<9}{'req/s':>8}{'×gen':>6}{'p50 ms':>8}{'p99 ms':>8}{'web ms':>8}{'×gen':>6}"
-          f"{'pg ms':>7}{'×gen':>6}{'errors':>7}{'load':>6}")
+    print(f"ratios (×) are to the `{paths[0]}` path of the same run; load: the 1-minute load average")
+    print(f"{'phase':<18}{'path':<9}{'req/s':>8}{'×':>6}{'p50 ms':>8}{'p99 ms':>8}{'web ms':>8}{'×':>6}"
+          f"{'pg ms':>7}{'×':>6}{'errors':>7}{'load':>6}")
     for phase in phases:
         for path in paths:
             rate, web, pg = (med(path, phase, k) for k in ("rate", "web_ms", "pg_ms"))
-            base = {k: med("generic", phase, k) for k in ("rate", "web_ms", "pg_ms")} if "generic" in paths else {}
+            ref = paths[0]  # the first path named is the baseline
+            base = {k: med(ref, phase, k) for k in ("rate", "web_ms", "pg_ms")}
             print(f"{phase:<18}{path:<9}{rate:>8.0f}{_ratio(rate, base, 'rate')}{med(path, phase, 'p50'):>8.1f}"
                   f"{med(path, phase, 'p99'):>8.1f}{web:>8.2f}{_ratio(web, base, 'web_ms')}{pg:>7.2f}"
                   f"{_ratio(pg, base, 'pg_ms')}"
@@ -235,7 +242,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=500.0, help="requests per second of the paced phase")
     parser.add_argument("--users", type=int, default=8, help="API users (tokens)")
     parser.add_argument("--workers", type=int, default=2, help="web worker processes (make run: 2)")
-    parser.add_argument("--paths", default="generic,fast", help="which paths to measure, comma-separated")
+    parser.add_argument("--paths", default="inline,generic,fast", help="which paths to measure, comma-separated")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy flame graphs into this folder")
     parser.add_argument("--db", default="gpupool_bench_lease_path", help="database created and dropped")
     args = parser.parse_args()

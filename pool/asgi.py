@@ -84,9 +84,12 @@ async def _lifespan(receive: Any, send: Any) -> None:
             # A server process (uvicorn starts its lifespan; an importer of this module does not):
             # lease events are published by one relay thread per process, not by each request after
             # its commit (allocation/outbox_thread.py).
+            from django.conf import settings
+
             from allocation import outbox
 
-            outbox.relay_in_background()
+            if settings.GPUPOOL.get("OUTBOX_RELAY_THREAD", True):
+                outbox.relay_in_background()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})

@@ -46,5 +46,5 @@ def test_workers_come_from_the_environment_or_the_cores(monkeypatch: Any, config
 
     monkeypatch.setenv("GPUPOOL_WEB_WORKERS", configured)
     conf = importlib.reload(importlib.import_module("pool.gunicorn_conf"))
-    assert conf.workers == (expected if expected is not None else max(2, os.cpu_count() or 2))
+    assert conf.workers == (expected if expected is not None else min(8, max(2, os.cpu_count() or 2)))
     assert conf.worker_class == "uvicorn_worker.UvicornWorker" and conf.keepalive > 0
