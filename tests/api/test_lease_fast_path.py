@@ -242,6 +242,27 @@ def test_throttled_creates_answer_alike(world: Any, paths: Any, keys: dict[str, 
     assert [call(fast, "POST", LEASES, body, token=keys["root"])[0] for _ in range(2)] == [201, 429]
 
 
+def test_hosts_and_tls_answer_alike(world: Any, paths: Any, keys: dict[str, str], settings: Any) -> None:
+    """A Host that ALLOWED_HOSTS refuses, plain HTTP redirected to HTTPS, and HSTS on HTTPS
+    (GPUPOOL_TLS=1's settings) are SecurityMiddleware's and CommonMiddleware's: alike on both paths."""
+    generic, fast = paths
+    lease, alice = world.lease_id, keys["alice"]
+    both(generic, fast, "GET", f"{LEASES}{lease}/", token=alice, HTTP_HOST="evil.example", served=False)
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.SECURE_SSL_REDIRECT = True
+    settings.SECURE_HSTS_SECONDS = 3600
+    settings.SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    generic = Counting()  # SecurityMiddleware reads its settings when the handler loads it
+    fast = FastLeaseApp(generic)
+    status, _ = both(generic, fast, "GET", f"{LEASES}{lease}/", token=alice, served=False)
+    assert status == 301
+    status, _ = both(generic, fast, "GET", f"{LEASES}{lease}/", token=alice, HTTP_X_FORWARDED_PROTO="https",
+                     served=True)
+    assert status == 200
+    assert "Strict-Transport-Security" in call(fast, "GET", f"{LEASES}{lease}/", token=alice,
+                                               HTTP_X_FORWARDED_PROTO="https")[1]
+
+
 def test_the_setting_turns_it_off(settings: Any) -> None:
     from allocation.api.fast.app import with_fast_leases
 

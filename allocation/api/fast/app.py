@@ -19,12 +19,14 @@ What it keeps exactly as the generic path has it:
 - the answers: bodies rendered by core.api.renderers.JSONRenderer from allocation.api.lease_json;
   errors raised by the services or the checks are rendered by core.api.errors.exception_handler,
   the API's one error body, with DRF's status, Retry-After and WWW-Authenticate; the headers the
-  middleware and DRF add (tests/api/test_lease_fast_path.py compares both paths request by request);
+  middleware (HSTS too, behind TLS) and DRF add (tests/api/test_lease_fast_path.py compares both
+  paths request by request);
 - the database connection's life: Django's request_started / request_finished signals, so
   CONN_MAX_AGE and the health checks work as for any request.
 
-It declines (the generic path answers) whatever is not plainly one of its requests: another
-method, a query string, a body that is not a JSON object of the plain shapes, a session cookie
+It declines (the generic path answers) whatever is not plainly one of its requests: a Host that
+ALLOWED_HOSTS refuses, plain HTTP where SECURE_SSL_REDIRECT sends it to HTTPS, another method, a
+query string, a body that is not a JSON object of the plain shapes, a session cookie
 without a token, an Accept that is not JSON, an unknown or refused token (401s stay DRF's)."""
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import orjson
 from django.conf import settings
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
+from django.http.request import split_domain_port, validate_host
 from rest_framework import exceptions
 
 from allocation.api.fast import inputs
@@ -102,6 +105,7 @@ class FastLeaseApp:
             except Exception as exc:
                 status, payload, headers = _error(exc, environ)
             out = [("Content-Type", "application/json"), *headers, ("Allow", _ALLOW[route[0]]), *_COMMON,
+                   *_security_headers(environ),
                    ("Content-Length", str(len(payload)))]
             if status >= 400:
                 logger.warning("%s: %s", _STATUS_TEXT.get(status, str(status)).partition(" ")[2],
@@ -123,8 +127,10 @@ def _route(environ: Environ) -> tuple[str, str | None] | None:
     except ValueError:
         return None
     method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
-    if not path.startswith("/api/v1/leases"):
+    if not path.startswith("/api/v1/leases") or not _host_allowed(environ):
         return None
+    if getattr(settings, "SECURE_SSL_REDIRECT", False) and not _secure(environ):
+        return None  # SecurityMiddleware redirects it to HTTPS
     if method == "POST":
         if _LIST.match(path):
             return "create", None
@@ -135,6 +141,36 @@ def _route(environ: Environ) -> tuple[str, str | None] | None:
         if match and match["pk"] not in ("events",):  # the stream is pool.asgi's
             return "read", match["pk"]
     return None
+
+
+def _host_allowed(environ: Environ) -> bool:
+    """Whether Django would take the request's Host (ALLOWED_HOSTS); a 400 is the generic path's."""
+    domain, _port = split_domain_port(environ.get("HTTP_HOST") or environ.get("SERVER_NAME", ""))
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+def _secure(environ: Environ) -> bool:
+    """HttpRequest.is_secure() for this environ (SECURE_PROXY_SSL_HEADER honoured)."""
+    header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    if header:
+        name, value = header
+        sent = environ.get(name)
+        if sent is not None:
+            return bool(sent.split(",", 1)[0].strip() == value)
+    return bool(environ.get("wsgi.url_scheme") == "https")
+
+
+def _security_headers(environ: Environ) -> list[tuple[str, str]]:
+    """SecurityMiddleware's HSTS header, on secure requests where SECURE_HSTS_SECONDS is set."""
+    seconds = getattr(settings, "SECURE_HSTS_SECONDS", 0)
+    if not seconds or not _secure(environ):
+        return []
+    value = f"max-age={seconds}"
+    if getattr(settings, "SECURE_HSTS_INCLUDE_SUBDOMAINS", False):
+        value += "; includeSubDomains"
+    if getattr(settings, "SECURE_HSTS_PRELOAD", False):
+        value += "; preload"
+    return [("Strict-Transport-Security", value)]
 
 
 def _read_body(environ: Environ) -> bytes:
