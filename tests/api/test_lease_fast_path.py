@@ -170,8 +170,11 @@ def test_reads_answer_alike(world: Any, paths: Any, keys: dict[str, str]) -> Non
         status, _ = both(generic, fast, "GET", f"{LEASES}{lease}/", token=token, served=True)
         assert status == 200
     both(generic, fast, "GET", f"{LEASES}{lease}", token=keys["alice"], served=True)  # no trailing slash
-    for missing in ("00000000-0000-0000-0000-000000000000", "not-a-uuid", lease.upper()):
+    for missing in ("00000000-0000-0000-0000-000000000000", lease.upper(), lease.replace("-", "")):
         both(generic, fast, "GET", f"{LEASES}{missing}/", token=keys["alice"], served=True)
+    for other in ("not-a-uuid", "batch"):  # not a lease id: the router's (a collection action, or a 404)
+        both(generic, fast, "GET", f"{LEASES}{other}/", token=keys["alice"], served=False)
+        both(generic, fast, "POST", f"{LEASES}{other}/release/", {}, token=keys["alice"], served=False)
     status, _ = both(generic, fast, "GET", f"{LEASES}{lease}/", token=keys["carol"], served=True)
     assert status == 404  # another team's lease
     both(generic, fast, "GET", f"{LEASES}{lease}/", served=False)

@@ -48,6 +48,7 @@ from rest_framework import exceptions
 from allocation.api.fast import inputs
 from allocation.api.lease_json import lease_dict, lease_dicts, lease_etag
 from allocation.api.throttles import lease_rate_take
+from allocation.selectors import as_lease_id
 from allocation.services.leases import lease_create, lease_release, lease_renew
 from core.api.errors import exception_handler
 from core.api.renderers import JSONRenderer
@@ -131,14 +132,16 @@ def _route(environ: Environ) -> tuple[str, str | None] | None:
         return None
     if getattr(settings, "SECURE_SSL_REDIRECT", False) and not _secure(environ):
         return None  # SecurityMiddleware redirects it to HTTPS
+    # Only a lease id in the place of {id}: `leases/events/`, `leases/batch/` and any other
+    # collection action are their views' (the router matches them before the detail route).
     if method == "POST":
         if _LIST.match(path):
             return "create", None
         match = _ACTION.match(path)
-        return (match["action"], match["pk"]) if match else None
+        return (match["action"], match["pk"]) if match and as_lease_id(match["pk"]) else None
     if method == "GET":
         match = _DETAIL.match(path)
-        if match and match["pk"] not in ("events",):  # the stream is pool.asgi's
+        if match and as_lease_id(match["pk"]):
             return "read", match["pk"]
     return None
 
