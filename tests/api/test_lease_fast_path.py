@@ -266,6 +266,23 @@ def test_hosts_and_tls_answer_alike(world: Any, paths: Any, keys: dict[str, str]
                                                HTTP_X_FORWARDED_PROTO="https")[1]
 
 
+def test_a_token_lookup_the_database_fails_is_the_generic_paths_503(world: Any, paths: Any, keys: dict[str, str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    from core import tokens
+
+    def down(key: str) -> Any:
+        raise OperationalError("the database is down")
+
+    generic, fast = paths
+    monkeypatch.setattr(tokens, "_cache", {})
+    monkeypatch.setattr("allocation.api.fast.app.token_lookup", down)
+    monkeypatch.setattr("core.api.auth.token_lookup", down)
+    status, _ = both(generic, fast, "GET", f"{LEASES}{world.lease_id}/", token=keys["alice"], served=False)
+    assert status == 503
+
+
 def test_the_setting_turns_it_off(settings: Any) -> None:
     from allocation.api.fast.app import with_fast_leases
 

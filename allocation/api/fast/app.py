@@ -53,7 +53,7 @@ from allocation.services.leases import lease_create, lease_release, lease_renew
 from core.api.errors import exception_handler
 from core.api.renderers import JSONRenderer
 from core.models import TokenScope
-from core.tokens import TokenRefused, key_from_authorization, token_lookup
+from core.tokens import key_from_authorization, token_lookup
 
 logger = logging.getLogger("django.request")  # where Django logs the 4xx and 5xx it answers
 
@@ -197,7 +197,7 @@ def _authenticated(environ: Environ, *, write: bool) -> Any:
         raise _Decline
     try:
         token = token_lookup(key)
-    except TokenRefused:
+    except Exception:  # refused, or the database failed: the generic path words it (401, 503)
         raise _Decline from None
     if write and token.scope == TokenScope.READ:
         raise _Decline
