@@ -14,4 +14,4 @@ COPY manage.py ./
 COPY examples ./examples
 RUN pip install --no-cache-dir ./cli . && mkdir -p /var/lib/gpupool
 EXPOSE 8000
-CMD ["gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", "--workers", "3"]
+CMD ["gunicorn", "-c", "python:pool.gunicorn_conf", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000"]

@@ -50,6 +50,7 @@ _RELAY_LOCK = EVENT_LOCKS << 48
 _OUTBOX_FIELDS = ("lease_id", "pool_id", "team_id", "state", "created_at")
 _script: Any = None
 _quiet_until = 0.0
+_thread: Any = None  # allocation.outbox_thread.RelayThread, where relay_in_background() was called
 
 # Adds each (outbox id, lease, pool, team, state) to the stream unless that outbox id was published
 # already, and returns every row's stream id: atomic in Redis, so an entry is never added without
@@ -113,6 +114,24 @@ def publish_after_commit() -> None:
 
 
 def _publish_now() -> None:
+    """After a commit: wake the process's relay thread where the web server started one
+    (allocation.outbox_thread), else publish here."""
+    if _thread is not None:
+        _thread.wake()
+    else:
+        _publish_inline()
+
+
+def relay_in_background() -> None:
+    """From now on this process's writers leave publishing to one relay thread (the web server)."""
+    global _thread
+    from allocation.outbox_thread import RelayThread
+
+    if _thread is None:
+        _thread = RelayThread(_publish_inline)
+
+
+def _publish_inline() -> None:
     global _quiet_until
     if time.monotonic() < _quiet_until:  # Redis just failed: no 2 s timeout on every request
         return

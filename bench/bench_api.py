@@ -281,7 +281,7 @@ def _report(runs: list[dict[str, dict[str, Any]]], args: argparse.Namespace, sol
 
     names = list(runs[0])
     base, paced_base = "GET /healthz", names[-2]
-    print(f"\nserver: {' '.join(web_command(0)[2:6])} ({args.workers} workers), "
+    print(f"\nserver: {' '.join(web_command(0)[2:8])} ({args.workers} workers), "
           f"PostgreSQL + Redis, {os.cpu_count()} cores shared with the load generator; {args.hosts * 8:,} GPUs")
     print(f"closed loop: wrk {args.threads} threads × {args.connections} connections, {args.seconds:g} s a phase; "
           f"paced: {args.rate:g} req/s for {args.paced_seconds:g} s; medians of {len(runs)} runs")

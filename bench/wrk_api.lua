@@ -1,6 +1,7 @@
 -- wrk script of bench/bench_api.py (closed-loop phases). Configured through the environment:
 --   BENCH_TOKENS  comma-separated API tokens; thread N uses token N (one user per thread)
---   BENCH_MODE    "get": GET the BENCH_PATHS in turn; "lease": POST leases/ + POST leases/{id}/release/
+--   BENCH_MODE    "get": GET the BENCH_PATHS in turn; "post": POST "{}" to them in turn (renew);
+--                 "lease": POST leases/ + POST leases/{id}/release/
 --   BENCH_PATHS   "|"-separated paths for "get" ("{lease}" is replaced by the thread's BENCH_LEASES id)
 --   BENCH_LEASES  comma-separated lease ids, one per token, for "{lease}" in BENCH_PATHS
 --   BENCH_BODY    JSON body of the lease request
@@ -52,6 +53,9 @@ function request()
     return wrk.format("POST", "/api/v1/leases/", headers, body)
   end
   turn = turn % #paths + 1
+  if mode == "post" then
+    return wrk.format("POST", paths[turn], headers, "{}")
+  end
   return wrk.format("GET", paths[turn], headers)
 end
 

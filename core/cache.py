@@ -7,6 +7,12 @@ core.redis_clients like every other Redis client of gpupool (a URL, or a Sentine
 The capacity-profile cache is read on every lease request (the per-user lease rate is not a
 cache: core.ratelimit, a token bucket of its own in Redis).
 
+The client is kept per process, not per backend instance: Django keeps its cache backends in a
+context-local store, and the ASGI front runs each request in a copy of the event loop's context
+(a2wsgi), so every request built a backend of its own, and with it a new client, a new pool and
+a new TCP connection to Redis (with redis-py's CLIENT SETINFO on it): ~11% of a lease create's
+web time in the flame graphs of bench/bench_lease_path.py.
+
 The cache is an optimisation and a debounce, never the record: when Redis cannot be reached every
 operation behaves as on an empty cache (a get misses, an add succeeds, a write is dropped), with a
 warning at most once a minute per process. So while Redis is down the API keeps answering from
@@ -15,6 +21,7 @@ PostgreSQL instead of failing (and the lease rate lets requests through: core.ra
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -43,9 +50,25 @@ class RedisCacheClient(django_redis.RedisCacheClient):
         self._shared: redis.Redis | None = None
 
     def get_client(self, key: Any = None, *, write: bool = False) -> redis.Redis:
-        if self._shared is None:  # two threads may both build one: harmless, one is kept
-            self._shared = sync_client(self._target, **self._pool_options)
+        if self._shared is None:
+            self._shared = _client(self._target, self._pool_options)
         return self._shared
+
+
+_clients: dict[tuple[RedisTarget, tuple[tuple[str, Any], ...]], redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(target: RedisTarget, options: dict[str, Any]) -> redis.Redis:
+    """The process's client of `target` with these connection options (made on first use)."""
+    key = (target, tuple(sorted((name, repr(value)) for name, value in options.items())))
+    client = _clients.get(key)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _clients[key] = sync_client(target, **options)
+    return client
 
 
 class RedisCache(django_redis.RedisCache):

@@ -33,8 +33,16 @@ if TYPE_CHECKING:
 THREADS = int(os.environ.get("GPUPOOL_WEB_THREADS", "4"))
 
 # django-stubs types a WSGIHandler call as returning HttpResponseBase, which is not iterable; the
-# responses it returns (HttpResponse, StreamingHttpResponse) are, as WSGI asks.
-django_app = WSGIMiddleware(get_wsgi_application(), workers=THREADS)  # type: ignore[arg-type]
+# responses it returns (HttpResponse, StreamingHttpResponse) are, as WSGI asks. The hot lease
+# requests are answered in front of Django (allocation/api/fast/) unless GPUPOOL_LEASE_FAST_PATH=0.
+def _django_app() -> Any:
+    wsgi = get_wsgi_application()  # sets Django up: the fast path's modules import models
+    from allocation.api.fast.app import with_fast_leases
+
+    return with_fast_leases(wsgi)
+
+
+django_app = WSGIMiddleware(_django_app(), workers=THREADS)
 
 EVENTS = re.compile(r"^/api/v1/leases/events/?$")
 LEASE = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/?$")
@@ -73,6 +81,15 @@ async def _lifespan(receive: Any, send: Any) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            # A server process (uvicorn starts its lifespan; an importer of this module does not):
+            # lease events are published by one relay thread per process, not by each request after
+            # its commit (allocation/outbox_thread.py).
+            from django.conf import settings
+
+            from allocation import outbox
+
+            if settings.GPUPOOL.get("OUTBOX_RELAY_THREAD", True):
+                outbox.relay_in_background()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})

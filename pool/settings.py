@@ -215,6 +215,8 @@ class GpupoolSettings(TypedDict):
     HISTORY_HOUR_DAYS: int
     POLICY: str
     PREPARED_STATEMENTS: bool
+    LEASE_FAST_PATH: bool
+    OUTBOX_RELAY_THREAD: bool
     BEAT_LEASE_S: int
     IDLE_BELOW_UTIL_PCT: int
     IDLE_FOR_S: int
@@ -246,6 +248,12 @@ GPUPOOL: GpupoolSettings = {
     # Hot lease statements as server-side prepared statements (core/db/statements.py); set 0 behind a
     # pooler in transaction mode (PgBouncer), where a session's prepared statements do not follow.
     "PREPARED_STATEMENTS": env_bool("GPUPOOL_DB_PREPARE", True),
+    # The hot lease requests (create, read, release, renew) answered without Django's middleware
+    # and DRF's request/response machinery (allocation/api/fast/); 0: every request the generic way.
+    "LEASE_FAST_PATH": env_bool("GPUPOOL_LEASE_FAST_PATH", True),
+    # Web processes publish lease events from one relay thread each (allocation/outbox_thread.py);
+    # 0: each request publishes after its own commit.
+    "OUTBOX_RELAY_THREAD": env_bool("GPUPOOL_OUTBOX_RELAY_THREAD", True),
     # A beat leader silent this long (frozen, cut off, its node lost) loses the lead: PostgreSQL ends
     # its session and a standby takes over (core/beat_lock.py). A leader that dies or stops frees it at once.
     "BEAT_LEASE_S": env_int("GPUPOOL_BEAT_LEASE_S", 10),

@@ -43,7 +43,8 @@ pids+=($!)
 .venv/bin/celery -A pool beat --loglevel INFO \
   >"$VAR/log/beat.log" 2>&1 &
 pids+=($!)
-.venv/bin/gunicorn pool.asgi:application -k uvicorn_worker.UvicornWorker --bind "${BIND}:${PORT}" --workers 2 \
+# The tuned web server (pool/gunicorn_conf.py): a process per core, the fast lease path on.
+.venv/bin/gunicorn -c python:pool.gunicorn_conf pool.asgi:application --bind "${BIND}:${PORT}" \
   --access-logfile "$VAR/log/access.log" --error-logfile "$VAR/log/web.log" &
 pids+=($!)
 

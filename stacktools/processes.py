@@ -28,8 +28,10 @@ BEAT_READY = "beat: Starting"
 
 
 def web_command(port: int, workers: int = 2, *extra: str) -> list[str]:
-    """The production web server: gunicorn managing uvicorn workers on pool.asgi."""
-    return [PY, "-m", "gunicorn", "pool.asgi:application", "-k", "uvicorn_worker.UvicornWorker",
+    """The production web server: gunicorn managing uvicorn workers on pool.asgi, with the tuned
+    configuration of `make run` (pool/gunicorn_conf.py); `workers` and `extra` override it."""
+    return [PY, "-m", "gunicorn", "-c", "python:pool.gunicorn_conf", "pool.asgi:application", "-k",
+            "uvicorn_worker.UvicornWorker",
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--graceful-timeout", "2", *extra]
 
 

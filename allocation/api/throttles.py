@@ -46,3 +46,19 @@ class LeaseCreateThrottle(BaseThrottle):
     def wait(self) -> float | None:
         """Seconds until the next request would be let through (DRF rounds it up for Retry-After)."""
         return self._wait_s
+
+
+def _take(who: str) -> tuple[bool, float | None]:
+    rate = api_settings.DEFAULT_THROTTLE_RATES.get(LeaseCreateThrottle.scope)
+    if rate is None:
+        return True, None
+    capacity, period_s = parse_rate(str(rate))
+    taken = BUCKETS.take(f"{KEY_PREFIX}:{LeaseCreateThrottle.scope}:{capacity}/{period_s}:{who}",
+                         capacity=capacity, period_s=period_s)
+    return taken.allowed, taken.wait_s
+
+
+def lease_rate_take(user: Any) -> tuple[bool, float | None]:
+    """One lease request of an authenticated `user` from the same bucket as LeaseCreateThrottle
+    (the fast lease path, allocation/api/fast/app.py): (allowed, seconds to wait when not)."""
+    return _take(f"user:{user.pk}")

@@ -89,3 +89,22 @@ def test_the_api_accepts_leases_while_redis_is_down(private_redis: PrivateRedis,
     assert r.status_code == 201, r.content
     assert r.json()["state"] == "pending"
     assert client.get("/api/v1/pools/").status_code == 200
+
+
+def test_every_cache_backend_of_a_process_shares_one_redis_client() -> None:
+    """Django builds a cache backend per context, and the ASGI front runs each request in a
+    context of its own: they must not each open a connection to Redis (core/cache.py)."""
+    from django.conf import settings
+    from django.core.cache.backends.base import BaseCache
+
+    from core.cache import RedisCache
+
+    def backend() -> BaseCache:
+        config = settings.CACHES["default"]
+        return RedisCache(config["LOCATION"], {k: v for k, v in config.items() if k != "BACKEND"})
+
+    one, two = backend(), backend()
+    assert one is not two
+    assert one._cache.get_client() is two._cache.get_client()  # type: ignore[attr-defined]
+    two.set("gpupool-shared-client-check", 1, timeout=5)
+    assert one.get("gpupool-shared-client-check") == 1
