@@ -172,5 +172,6 @@ def idle_run_flagged_at(run: IdleRun, *, for_s: float, now: float, max_gap_s: fl
     `evaluate` never reclaims either)."""
     if run.since is None or run.seen_at is None or now - run.seen_at > max_gap_s:
         return None
-    flagged = run.since + for_s
-    return flagged if flagged <= now else None
+    # `now - since >= for_s`, the very comparison `evaluate` makes: `since + for_s <= now` can
+    # differ from it in the last bit of a float and flag a run `evaluate` would not.
+    return run.since + for_s if now - run.since >= for_s else None

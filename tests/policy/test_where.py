@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocation.policy.fair import schedule as fair
@@ -89,6 +89,8 @@ def test_bad_selectors_say_what_is_wrong() -> None:
     assert selector_problems("ka")[0].startswith("must be an object")
 
 
+# A loaded machine (the suite beside other work) draws text slowly; the check is not about speed.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["source", "host", "labels"]),
                        st.one_of(st.text(min_size=1, max_size=5), st.lists(st.text(min_size=1, max_size=3), max_size=2),
                                  st.dictionaries(st.text(min_size=1, max_size=3), st.text(max_size=3), max_size=2))))
