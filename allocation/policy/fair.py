@@ -72,6 +72,10 @@ class _FairPass(PoolPass):
         self.reservations: list[backfill.Reservation] = []
         self.blocks: dict[str, backfill.Reservation] = {}  # priority blocks (blocks.py), by lease id
         self.plans = FitMemo()  # shapes no preemption plan could make fit
+        # preemption.possible per plan shape and size, until the next grant or preemption: the
+        # many requests of one shape behind a head ask it again and again (50 % of a pass over
+        # 40,000 pending requests, bench/bench_scale.py engine).
+        self.possible: dict[tuple[object, ...], bool] = {}
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
         self.tier = 0  # the phase being drained (0: within guarantees, 1: borrowing)
         # Within-team plans that failed, per (team, priority, shape, constraints): the (GPUs to
@@ -218,6 +222,7 @@ class _FairPass(PoolPass):
             return False
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
         self.shares.clear()
+        self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, PendingCode.WAITING_PREEMPTION, explain.preempting_own_team(
             req, limit, [v.lease_id for v in chosen.victims], waiting))
@@ -307,6 +312,7 @@ class _FairPass(PoolPass):
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)
         self.shares.pop(req.team, None)
+        self.possible.clear()
         if self.blocks:
             blocks.settle(self.reservations, self.blocks, req.lease_id)
         held: dict[tuple[str, int], int] = {}
@@ -327,8 +333,14 @@ class _FairPass(PoolPass):
 
     def _plan_possible(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         reclaim = order[0] == 0
-        return (not self.plans.hopeless(self._plan_shape(req, groups, reclaim), req.gpus)
-                and preemption.possible(self.pool, self.quota, req, groups, reclaim))
+        shape = self._plan_shape(req, groups, reclaim)
+        if self.plans.hopeless(shape, req.gpus):
+            return False
+        key = (shape, req.gpus)
+        known = self.possible.get(key)
+        if known is None:
+            known = self.possible[key] = preemption.possible(self.pool, self.quota, req, groups, reclaim)
+        return known
 
     def _try_plan(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority; failing
@@ -346,6 +358,7 @@ class _FairPass(PoolPass):
             return False
         stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
         self.shares.clear()  # the requester's and the victims' allocations changed
+        self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, _waiting_code(kind, chosen), reason)
         return True
