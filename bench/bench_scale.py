@@ -54,6 +54,8 @@ def main() -> None:
     eng.add_argument("--pending", type=int, default=40000)
     eng.add_argument("--repeat", type=int, default=3)
     eng.add_argument("--profile", default="", help="directory for cProfile dumps of the passes")
+    eng.add_argument("--reuse", action="store_true",
+                     help="measure again on the fleet an earlier run left (its setup takes minutes)")
     args = parser.parse_args()
     if args.what == "scale-out":
         scale_out(args)
@@ -185,19 +187,22 @@ def engine(args: Any) -> None:
     from bench import _django as bench_django
     from bench.bench_engine import EngineBench, _forget, _writes
 
-    vendor = bench_django.setup("gpupool_bench_scale_engine")
+    vendor = bench_django.setup("gpupool_bench_scale_engine", fresh=not args.reuse)
     ns = argparse.Namespace(hosts=args.hosts, gpus_per_host=8, repeat=args.repeat, profile=args.profile, sql=False)
     t0 = time.monotonic()
-    bench = EngineBench.on_new_fleet(ns, vendor)
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from allocation.engine import run_pass
 
-    bench.add([8] * args.hosts, bench.round_robin(args.hosts))  # every GPU held, one lease per host
-    run_pass([bench.pool.pk])
-    sizes = [bench.rng.choice([1, 1, 1, 2, 2, 4, 8]) for _ in range(args.pending)]
-    bench.add(sizes, [bench.rng.choice(bench.teams) for _ in sizes])
+    if args.reuse:
+        bench = _existing(ns, vendor, EngineBench)
+    else:
+        bench = EngineBench.on_new_fleet(ns, vendor)
+        bench.add([8] * args.hosts, bench.round_robin(args.hosts))  # every GPU held, one lease per host
+        run_pass([bench.pool.pk])
+        sizes = [bench.rng.choice([1, 1, 1, 2, 2, 4, 8]) for _ in range(args.pending)]
+        bench.add(sizes, [bench.rng.choice(bench.teams) for _ in sizes])
     bench.analyze()
     print(f"fleet: {args.hosts} hosts × 8 = {bench.capacity} GPUs on {vendor}, all held; {bench.counts()} "
           f"(set up in {time.monotonic() - t0:.0f} s)")
@@ -237,6 +242,20 @@ def engine(args: Any) -> None:
     print(f"goals: a fair pass ≤ 2 s: churn {churn.seconds:.2f} s, no-change {idle_s:.2f} s, "
           f"first {first.seconds:.2f} s; "
           f"≤ 30 queries: at most {worst}")
+
+
+def _existing(ns: Any, vendor: str, cls: Any) -> Any:
+    """The EngineBench of the fleet an earlier run left in the database."""
+    from django.contrib.auth import get_user_model
+
+    from allocation.models import PriorityClass, Team
+    from allocation.policy import get_policy
+    from inventory.models import Pool
+
+    teams = {t.name: t for t in Team.objects.all()}
+    return cls(args=ns, vendor=vendor, pool=Pool.objects.get(name="bench"),
+               user=get_user_model().objects.get(username="bench"), teams=sorted(teams), team_rows=teams,
+               priority_class=PriorityClass.objects.get(name="default"), policy=get_policy("fair"))
 
 
 if __name__ == "__main__":
