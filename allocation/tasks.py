@@ -16,6 +16,7 @@ from allocation.services.budgets import budgets_refresh
 from allocation.services.idle import leases_idle_check
 from allocation.services.idle_gpus import gpus_idle_check
 from allocation.services.reaper import leases_reap
+from allocation.triggers import clear_pass_flag, request_every_pass
 from allocation.workloads.binding import TransientBindError, bindings_observe, lease_bind, lease_unbind
 from core.tasks import final_attempt, gpupool_task
 
@@ -31,7 +32,13 @@ _next_prune = 0.0
 # countdown: the Redis transport has one for every queue) and then run a stale pass.
 @gpupool_task(name="allocation.schedule_pass", acks_late=False)
 def schedule_pass(pool_id: int | None = None) -> None:
-    for report in run_pass(None if pool_id is None else [pool_id]):
+    """One pool's pass (handed over when another process is passing it: allocation.engine.handoff);
+    without a pool (beat's periodic pass), one task per pool, so the scheduler processes share them."""
+    if pool_id is None:
+        clear_pass_flag(None)
+        request_every_pass()
+        return
+    for report in run_pass([pool_id], hand_over=True):
         if report.granted or report.preempted:
             logger.info("pass %s: granted %d, preempted %d, pending %d in %.3fs", report.pool,
                         len(report.granted), len(report.preempted), report.pending, report.seconds)

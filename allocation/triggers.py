@@ -29,12 +29,30 @@ def request_pass(pool_id: int | None = None) -> bool:
         return False
     if not cache.add(PASS_FLAG.format(pool_id=pool_id), 1, timeout=30):
         return False
+    _queue_pass(pool_id)
+    return True
+
+
+def request_every_pass() -> int:
+    """The periodic pass, fanned out: one task per pool on the schedule queue, so every
+    scheduler process takes its share (one task over every pool would pass them one after the
+    other in one process). Sent whether or not a triggered pass is queued (its flag may outlive
+    a task lost with its worker: the periodic pass is what catches that up). Returns the pools."""
+    from inventory.models import Pool
+
+    pool_ids = list(Pool.objects.order_by("pk").values_list("pk", flat=True))
+    for pool_id in pool_ids:
+        cache.set(PASS_FLAG.format(pool_id=pool_id), 1, timeout=30)
+        _queue_pass(pool_id)
+    return len(pool_ids)
+
+
+def _queue_pass(pool_id: int | None) -> None:
     from allocation.tasks import schedule_pass
 
     if not _send(schedule_pass, pool_id):
         want_pass(pool_id)
         clear_pass_flag(pool_id)  # nothing is queued: the next request may try the broker again
-    return True
 
 
 def want_pass(pool_id: int | None) -> None:

@@ -29,7 +29,10 @@ def processes(port: int, env: dict[str, str], logs: Path) -> dict[str, Proc]:
     url = f"http://127.0.0.1:{port}/healthz"
     commands = {
         "web": (web_command(port, 2, "--log-level", "warning"), answers(url)),
-        "scheduler": (worker_command("scheduler", "gpupool.schedule", 1, level), None),
+        # As scripts/run.sh: its processes pass different pools at once (allocation/engine/handoff.py).
+        "scheduler": (worker_command("scheduler", "gpupool.schedule",
+                                     int(env.get("GPUPOOL_SCHEDULER_PROCESSES", "2")), level,
+                                     "--prefetch-multiplier", "1"), None),
         "worker": (worker_command("gpupool", "gpupool", 1, level), None),
         "beat": (beat_command("WARNING"), None),
     }

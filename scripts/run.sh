@@ -36,8 +36,10 @@ trap cleanup INT TERM EXIT
 .venv/bin/celery -A pool worker --loglevel INFO --concurrency 2 -Q gpupool -n "gpupool@%h" \
   >"$VAR/log/worker.log" 2>&1 &
 pids+=($!)
-# Scheduling passes run in a worker of their own: they never wait behind slow tasks.
-.venv/bin/celery -A pool worker --loglevel INFO --concurrency 1 -Q gpupool.schedule -n "scheduler@%h" \
+# Scheduling passes run in a worker of their own: they never wait behind slow tasks. Its processes
+# pass different pools at once (a pool busy in one is handed over, never waited for: allocation/engine/handoff.py).
+.venv/bin/celery -A pool worker --loglevel INFO --concurrency "${GPUPOOL_SCHEDULER_PROCESSES:-2}" \
+  --prefetch-multiplier 1 -Q gpupool.schedule -n "scheduler@%h" \
   >"$VAR/log/scheduler.log" 2>&1 &
 pids+=($!)
 .venv/bin/celery -A pool beat --loglevel INFO \

@@ -28,6 +28,7 @@ from django.db import connection, transaction
 from prometheus_client import Histogram
 
 from allocation.audit import audit_rows_insert
+from allocation.engine import handoff
 from allocation.engine.apply import after, apply_decisions, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
 from allocation.events import announce_explained
@@ -35,14 +36,17 @@ from allocation.models import PassWanted
 from allocation.outbox import announce
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
-from allocation.triggers import clear_pass_flag, request_bind, request_unbind
-from core.db import POOL_LOCKS, advisory_xact_lock
+from allocation.triggers import clear_pass_flag, request_bind, request_unbind, want_pass
+from core.db import POOL_LOCKS, advisory_xact_lock, advisory_xact_try_lock
 from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
 __all__ = ["PassReport", "PendingRow", "build_snapshot", "lock_pool", "run_pass", "run_wanted_passes"]
 logger = logging.getLogger(__name__)
 ROUNDS = 3
+# Passes of one pool run back to back by one task, at most, for wishes made while it ran: past
+# that the wish stays in PassWanted for the catch-up, and the worker goes on to other pools.
+AGAIN_MAX = 8
 # Served where the pass runs: the scheduler worker's metrics port (or /metrics when tasks run eagerly).
 PASS_SECONDS = Histogram("gpupool_pass_duration_seconds", "Scheduling pass time per pool (lock held)",
                          ["pool"], registry=TASK_METRICS,
@@ -65,33 +69,63 @@ def lock_pool(pool_id: int) -> datetime:
     return advisory_xact_lock(POOL_LOCKS, pool_id)
 
 
-def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None) -> list[PassReport]:
-    """Run one scheduling pass over the given pools (all pools when None); one report per pool."""
+def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None,
+             hand_over: bool = False) -> list[PassReport]:
+    """Run one scheduling pass over the given pools (all pools when None); one report per pool.
+
+    `hand_over` (the scheduler's tasks): a pool whose lock another transaction holds is not
+    waited for but handed over to it (`handoff`: it passes the pool again once it commits), and
+    a wish for a pass made while this one ran runs one more at once; so a pool may have no
+    report, or several."""
     decide = get_policy(policy or settings.GPUPOOL["POLICY"])
     pools = Pool.objects.all() if pool_ids is None else Pool.objects.filter(pk__in=pool_ids)
     reports = []
     for pool in pools:
-        clear_pass_flag(pool.pk)
-        started = time.perf_counter()
-        # No cyclic garbage collection while the pool is locked: a pass makes tens of thousands of
-        # short-lived tuples, enough to set off full collections over every object the process
-        # keeps (the views reused between passes among them), a pause of tens of milliseconds
-        # at random. Reference counting frees the pass's objects anyway; cycles wait until after.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with transaction.atomic():
-                # The database's clock, not this worker's: a lease's expires_at is later
-                # compared with it by whichever process reaps or renews (core.db.db_now).
-                now = lock_pool(pool.pk)
-                report = _pass(pool, decide, now)
-        finally:
-            if collecting:
-                gc.enable()
-        report.seconds = time.perf_counter() - started
-        PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
-        reports.append(report)
+        if not hand_over:
+            report = _timed_pass(pool, decide, wait=True)
+            assert report is not None
+            reports.append(report)
+            continue
+        report = _timed_pass(pool, decide, wait=False)
+        if report is None:  # busy: leave the wish where the holder looks after its commit
+            want_pass(pool.pk)
+            report = _timed_pass(pool, decide, wait=False)
+        runs = 0
+        while report is not None:  # None: whoever holds it now claims the wish, or the catch-up does
+            reports.append(report)
+            runs += 1
+            if runs >= AGAIN_MAX or not handoff.wanted(pool.pk):
+                break
+            report = _timed_pass(pool, decide, wait=False)
     return reports
+
+
+def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bool) -> PassReport | None:
+    """One pass of `pool`, its lock taken (waiting for it, or None at once when it is held)."""
+    clear_pass_flag(pool.pk)
+    started = time.perf_counter()
+    # No cyclic garbage collection while the pool is locked: a pass makes tens of thousands of
+    # short-lived tuples, enough to set off full collections over every object the process
+    # keeps (the views reused between passes among them), a pause of tens of milliseconds
+    # at random. Reference counting frees the pass's objects anyway; cycles wait until after.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with transaction.atomic():
+            # The database's clock, not this worker's: a lease's expires_at is later
+            # compared with it by whichever process reaps or renews (core.db.db_now).
+            now = lock_pool(pool.pk) if wait else advisory_xact_try_lock(POOL_LOCKS, pool.pk)
+            if now is None:
+                return None
+            if not wait:
+                handoff.claim(pool.pk)
+            report = _pass(pool, decide, now)
+    finally:
+        if collecting:
+            gc.enable()
+    report.seconds = time.perf_counter() - started
+    PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
+    return report
 
 
 def run_wanted_passes() -> list[PassReport]:

@@ -42,6 +42,7 @@ class Reservation:
     hosts: frozenset[str] | None = None  # None: all GPUs of `kinds` (a pool-wide head)
     start: float | None = None  # estimated start of the head; None when unknown
     realized: bool = False
+    block: bool = False  # a priority block (blocks.py), made before the pass reaches its request
 
 
 def hold(req: RequestView, groups: Sequence[Group], order: Order,
@@ -50,7 +51,7 @@ def hold(req: RequestView, groups: Sequence[Group], order: Order,
     return Reservation(req, tuple(groups), order, kinds, pending_index)
 
 
-def _start(have: int, need: int, releases: list[tuple[float, int]], now: float) -> float:
+def start_time(have: int, need: int, releases: list[tuple[float, int]], now: float) -> float:
     """Earliest time `need` GPUs are free, given `have` free now and (time, count) releases."""
     if have >= need:
         return now
@@ -61,7 +62,7 @@ def _start(have: int, need: int, releases: list[tuple[float, int]], now: float) 
     return math.inf
 
 
-def _release_time(expected_end: float | None) -> float:
+def release_time(expected_end: float | None) -> float:
     return math.inf if expected_end is None else expected_end
 
 
@@ -77,7 +78,7 @@ def realize(pool: PoolState, res: Reservation, now: float) -> None:
     req = res.req
     best: _Start | None = None
     for group in res.groups:
-        start = _host_start(pool, req, group, now) if req.same_host else \
+        start = host_start(pool, req, group, now) if req.same_host else \
             _pool_start(pool, req, group, now)
         if start is not None and (best is None or start[:2] < best[:2]):
             best = start
@@ -89,7 +90,7 @@ def realize(pool: PoolState, res: Reservation, now: float) -> None:
     res.realized = True
 
 
-def _host_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start | None:
+def host_start(pool: PoolState, req: RequestView, group: Group, now: float) -> _Start | None:
     """The host where a same-host head could start soonest on the group's GPUs; None when no
     host is large enough."""
     per_host: dict[str, int] = {}
@@ -101,10 +102,10 @@ def _host_start(pool: PoolState, req: RequestView, group: Group, now: float) -> 
         if capacity < req.gpus:
             continue
         have = pool.index.free_on(host, group) + pool.ending_on(host, group)
-        releases = [(_release_time(lease.expected_end), lease.on(host, group))
+        releases = [(release_time(lease.expected_end), lease.on(host, group))
                     for lease in pool.by_host.get(host, ())
                     if not lease.ending and lease.lease_id not in pool.stopped]
-        when = _start(have, req.gpus, [r for r in releases if r[1]], now)
+        when = start_time(have, req.gpus, [r for r in releases if r[1]], now)
         if best is None or (when, -have) < best[:2]:
             best = (when, -have, host, group)
     return best
@@ -117,20 +118,30 @@ def _pool_start(pool: PoolState, req: RequestView, group: Group, now: float) -> 
     for leases in pool.by_host.values():
         for lease in leases:
             seen.setdefault(id(lease), lease)
-    releases = [(_release_time(lease.expected_end), lease.in_group(group))
+    releases = [(release_time(lease.expected_end), lease.in_group(group))
                 for lease in seen.values()
                 if not lease.ending and lease.lease_id not in pool.stopped]
-    return (_start(have, req.gpus, [r for r in releases if r[1]], now), -have, None, group)
+    return (start_time(have, req.gpus, [r for r in releases if r[1]], now), -have, None, group)
 
 
 def heads_ahead(reservations: Sequence[Reservation], groups: Sequence[Group],
-                order: Order) -> list[Reservation]:
+                order: Order, lease_id: str = "") -> list[Reservation]:
     """The heads a request of this order and these groups is behind (may over-approximate
-    until realized). A request behind a head never becomes a head, nor preempts."""
+    until realized), never its own (`lease_id`: a priority block is made before its request
+    is reached, blocks.py). A request behind a head never becomes a head, nor preempts."""
     if not reservations:
         return []
     kinds = {kid for group in groups for kid in group.kinds}
-    return [r for r in reservations if order >= r.order and r.kinds & kinds]
+    return [r for r in reservations if order >= r.order and r.kinds & kinds and r.req.lease_id != lease_id]
+
+
+def blocks_above(reservations: Sequence[Reservation], groups: Sequence[Group], order: Order,
+                 lease_id: str) -> list[Reservation]:
+    """The priority blocks of a higher priority that a request of an earlier tier is not behind
+    (blocks.py): it keeps off them where it fits elsewhere."""
+    kinds = {kid for group in groups for kid in group.kinds}
+    return [r for r in reservations if r.block and order < r.order and order[1] > r.order[1]
+            and r.kinds & kinds and r.req.lease_id != lease_id]
 
 
 def exclusions(pool: PoolState, ahead: Sequence[Reservation], req: RequestView,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 
 from allocation.policy.state import PoolState, RunningLease
 from allocation.policy.types import Pending, RequestView
@@ -81,12 +80,18 @@ def fill(pool: PoolState, pending: list[Pending], first: int, requests: Mapping[
     have none. Entries that have one (backfill heads) keep it and still take their GPUs in the
     sweep, so those behind them start after them; unsatisfiable ones are skipped."""
     sweeps: dict[frozenset[int], Sweep] = {}
+    # Per groups tuple (cached per constraint by the index, so its identity is a key): tens of
+    # thousands of pending requests share a handful.
+    kinds_of: dict[int, frozenset[int]] = {}
     for i in range(first, len(pending)):
         item = pending[i]
         req = requests.get(item.lease_id)
         if req is None or item.unsatisfiable:
             continue
-        kinds = frozenset(kid for group in pool.index.groups_for(req) for kid in group.kinds)
+        groups = pool.index.groups_for(req)
+        kinds = kinds_of.get(id(groups))
+        if kinds is None:
+            kinds = kinds_of[id(groups)] = frozenset(kid for group in groups for kid in group.kinds)
         if not kinds:
             continue
         sweep = sweeps.get(kinds)
@@ -94,7 +99,9 @@ def fill(pool: PoolState, pending: list[Pending], first: int, requests: Mapping[
             sweep = sweeps[kinds] = Sweep(pool, kinds, now)
         start = sweep.start(req)
         if item.estimated_start is None and start is not None:
-            pending[i] = replace(item, estimated_start=start)
+            # The constructor, not dataclasses.replace (several times slower, 40,000 times a pass).
+            pending[i] = Pending(item.lease_id, item.code, item.reason, item.queue_position, start,
+                                 item.unsatisfiable)
 
 
 def _running(pool: PoolState) -> list[RunningLease]:

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from allocation.policy import (
     backfill,
+    blocks,
     estimates,
     explain,
     preemption,
@@ -38,7 +39,7 @@ from allocation.policy import (
 )
 from allocation.policy.codes import PendingCode
 from allocation.policy.fairshare import team_share
-from allocation.policy.gates import Refusal
+from allocation.policy.gates import Refusal, admit
 from allocation.policy.placement import FitMemo, Group, Placement
 from allocation.policy.poolpass import PoolPass
 from allocation.policy.state import PassState, RunningLease, build_pass, pending_by_pool, queue_order
@@ -70,7 +71,12 @@ class _FairPass(PoolPass):
         self.first = len(decisions.pending)  # where this pool's pending entries begin
         self.requests: dict[str, RequestView] = {}
         self.reservations: list[backfill.Reservation] = []
+        self.blocks: dict[str, backfill.Reservation] = {}  # priority blocks (blocks.py), by lease id
         self.plans = FitMemo()  # shapes no preemption plan could make fit
+        # preemption.possible per plan shape and size, until the next grant or preemption: the
+        # many requests of one shape behind a head ask it again and again (50 % of a pass over
+        # 40,000 pending requests, bench/bench_scale.py engine).
+        self.possible: dict[tuple[object, ...], bool] = {}
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
         self.tree = state.quota.tree
         # Phases: 0 within guarantees; flat, 1 borrowing; with a tree, 1 .. top-1 borrowing
@@ -123,6 +129,7 @@ class _FairPass(PoolPass):
             self.requests[req.lease_id] = req
         for queue in queues.values():
             queue.sort(key=queue_order, reverse=True)  # pop() from the end is the head
+        self._block(requests)
         if self.holds is not None:
             self._reserved_first(queues)
         # Tier 0: requests within their team's guarantee; then borrowing ones, by priority and
@@ -163,8 +170,22 @@ class _FairPass(PoolPass):
                 groups = self.admitted(req)
                 if groups is not None:
                     self._place(req, groups, (tier, -req.priority))
+                if self.blocks:
+                    blocks.settle(self.reservations, self.blocks, req.lease_id)
             if queue:
                 heapq.heappush(heap, self._key(queue[-1]))
+
+    def _block(self, requests: Sequence[RequestView]) -> None:
+        """A priority block for the highest-priority request that cannot start now (blocks.py)."""
+        res = blocks.reserve(self.pool, requests, self.fits, self._passes_gates,
+                             lambda r: (self._tier(r), -r.priority), self.now)
+        if res is not None:
+            self.blocks[res.req.lease_id] = res
+            self.reservations.append(res)
+
+    def _passes_gates(self, req: RequestView) -> tuple[Group, ...] | None:
+        groups = self.pool.index.groups_for(req)
+        return groups if admit(req, groups, self.gates) is None else None
 
     def _reserved_first(self, queues: dict[str, list[RequestView]]) -> None:
         """During a reservation's window, its team's requests (in the team's order) are served
@@ -226,7 +247,7 @@ class _FairPass(PoolPass):
         if limit is None:  # at a department's limit (tree): its other teams' leases are not its own
             return False
         need = self.quota.committed(req.team, self.name) + req.gpus - limit
-        if need <= 0 or backfill.heads_ahead(self.reservations, groups, (self.tier, -req.priority)):
+        if need <= 0 or backfill.heads_ahead(self.reservations, groups, (self.tier, -req.priority), req.lease_id):
             return False
         shape = (req.team, req.priority, req.same_host, req.model, req.min_memory_mb,
                  req.min_driver_version, req.min_cuda_version)
@@ -239,6 +260,7 @@ class _FairPass(PoolPass):
             return False
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
         self.shares.clear()
+        self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, PendingCode.WAITING_PREEMPTION, explain.preempting_own_team(
             req, limit, [v.lease_id for v in chosen.victims], waiting))
@@ -248,8 +270,10 @@ class _FairPass(PoolPass):
 
     def _place(self, req: RequestView, groups: Sequence[Group], order: Order) -> None:
         """Grant best-fit if it fits and does not delay a backfill head ahead of it; else wait."""
-        ahead = backfill.heads_ahead(self.reservations, groups, order)
+        ahead = backfill.heads_ahead(self.reservations, groups, order, req.lease_id)
         placement = self.fits.find(self.pool.index, req, groups)
+        if placement is not None and self.blocks:
+            placement = self._off_blocks(req, groups, order, placement)
         if placement is not None and ahead:
             placement = self._clear_of_heads(req, groups, ahead, placement)
             if placement is None:
@@ -263,6 +287,16 @@ class _FairPass(PoolPass):
             self._grant(req, placement)
         else:
             self._wait(req, groups, order, ahead)
+
+    def _off_blocks(self, req: RequestView, groups: Sequence[Group], order: Order,
+                    placement: Placement) -> Placement:
+        """A request of an earlier tier than a priority block of a higher priority, within its
+        team's guarantee, is not behind it (its guarantee comes first) but keeps off it when it
+        fits elsewhere, so the block still grows (blocks.py)."""
+        above = backfill.blocks_above(self.reservations, groups, order, req.lease_id)
+        exclude = backfill.exclusions(self.pool, above, req, groups, self.now) if above else None
+        moved = self.fits.find(self.pool.index, req, groups, exclude) if exclude else None
+        return placement if moved is None else moved
 
     def _clear_of_heads(self, req: RequestView, groups: Sequence[Group],
                         ahead: list[backfill.Reservation],
@@ -294,7 +328,11 @@ class _FairPass(PoolPass):
             return
         if self._try_plan(req, groups, order):
             return
-        self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
+        block = self.blocks.get(req.lease_id)
+        if block is not None:  # its priority block is its backfill head
+            block.pending_index = len(self.decisions.pending)
+        else:
+            self.reservations.append(backfill.hold(req, groups, order, len(self.decisions.pending)))
         self.pending.add(req, *self.no_room_of(req, groups))
 
     def finish(self) -> None:
@@ -312,15 +350,18 @@ class _FairPass(PoolPass):
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)
         self._changed(req.team)
-        blocks: dict[tuple[str, int], int] = {}
+        self.possible.clear()
+        if self.blocks:
+            blocks.settle(self.reservations, self.blocks, req.lease_id)
+        held: dict[tuple[str, int], int] = {}
         for host, kid, count in placement.blocks:
-            blocks[(host, kid)] = blocks.get((host, kid), 0) + count
+            held[(host, kid)] = held.get((host, kid), 0) + count
         end = None if req.expected_duration_s is None else self.now + req.expected_duration_s
         # Known to backfill (it will free its GPUs at `end`), never a victim in this pass.
         self.pool.add_fresh(RunningLease(req.lease_id, req.team, self.name, req.gpus,
                                          req.priority, granted_at=self.now,
                                          borrowed=decision.borrowed, expected_end=end,
-                                         blocks=blocks))
+                                         blocks=held))
 
     def _plan_shape(self, req: RequestView, groups: Sequence[Group],
                     reclaim: bool) -> tuple[object, ...]:
@@ -330,8 +371,14 @@ class _FairPass(PoolPass):
 
     def _plan_possible(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         reclaim = order[0] < self.top
-        return (not self.plans.hopeless(self._plan_shape(req, groups, reclaim), req.gpus)
-                and preemption.possible(self.pool, self.quota, req, groups, reclaim))
+        shape = self._plan_shape(req, groups, reclaim)
+        if self.plans.hopeless(shape, req.gpus):
+            return False
+        key = (shape, req.gpus)
+        known = self.possible.get(key)
+        if known is None:
+            known = self.possible[key] = preemption.possible(self.pool, self.quota, req, groups, reclaim)
+        return known
 
     def _try_plan(self, req: RequestView, groups: Sequence[Group], order: Order) -> bool:
         """Wait for ending leases, reclaim borrowed capacity, or preempt lower priority; failing
@@ -349,6 +396,7 @@ class _FairPass(PoolPass):
             return False
         stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
         self.shares.clear()  # the requester's and the victims' allocations changed
+        self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, _waiting_code(kind, chosen), reason)
         return True

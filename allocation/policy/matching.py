@@ -197,7 +197,11 @@ def layout_of(gpus: tuple[GpuView, ...]) -> Layout:
         pools[name].replicas = {unit: {key: tuple(sorted(ids)) for key, ids in blocks.items()}
                                 for unit, blocks in units.items()}
     layout = Layout(kinds, where, pools)
-    if len(_LAYOUTS) >= 8:  # a few generations are enough: the engine builds a new tuple per pass
+    # A few generations per pool are enough (the engine keeps a pool's tuple while its GPUs stay as
+    # they are), for as many pools as one scheduler process passes in turn: kept for 8, a process
+    # passing 50 pools rebuilt every layout every pass (bench/bench_scale.py scale-out). Bounded
+    # by GPUs too, so a few very large pools whose tuples change often do not pile up.
+    while _LAYOUTS and (len(_LAYOUTS) >= 256 or sum(len(g) for g, _ in _LAYOUTS.values()) + len(gpus) > 400_000):
         _LAYOUTS.pop(next(iter(_LAYOUTS)))
     _LAYOUTS[id(gpus)] = (gpus, layout)
     return layout

@@ -50,6 +50,14 @@ def advisory_xact_lock(namespace: int, key: int) -> datetime:
         return cast(datetime, cur.fetchone()[1])
 
 
+def advisory_xact_try_lock(namespace: int, key: int) -> datetime | None:
+    """`advisory_xact_lock` without the wait: None at once when another transaction holds it."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s), clock_timestamp()", [advisory_key(namespace, key)])
+        held, now = cur.fetchone()
+        return cast(datetime, now) if held else None
+
+
 def db_now() -> datetime:
     """The database's clock, now (PostgreSQL `clock_timestamp()`).
 

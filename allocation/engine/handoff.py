@@ -1,0 +1,42 @@
+"""Passes that find their pool busy hand it over instead of waiting (several scheduler processes).
+
+A triggered pass takes its pool's lock without waiting (`pg_try_advisory_xact_lock`). When
+another transaction holds it, the pass records the wish in `PassWanted` (the same row a trigger
+the broker refused leaves) and tries the lock once more: if it is still held, whoever holds it
+holds it after the wish was committed, and sees it. The rule that makes that true: a pass
+claims its pool's row inside its own transaction (`claim`: the pass about to read the pool
+covers every wish committed before), and after its commit looks again (`wanted`): a wish made
+meanwhile runs one more pass at once. A row left by a holder that is not a pass (a capacity or
+reservation write) is run by the catch-up task within a second (`run_wanted_passes`).
+
+So a scheduler process never sits on a lock another one holds: it goes on to the next pool in
+its queue, and no trigger is lost (tests/allocation/test_parallel_passes.py).
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from allocation.models import PassWanted
+
+
+def _table() -> str:
+    return connection.ops.quote_name(PassWanted._meta.db_table)
+
+
+def claim(pool_id: int) -> None:
+    """In the pass's transaction, lock held: take the pool's row, if any, with the pass (it
+    comes back if the pass rolls back). A row the catch-up is claiming is left to it (SKIP
+    LOCKED: waiting on it while holding the pool's lock could deadlock with that catch-up, which
+    waits for the lock)."""
+    table = _table()
+    with connection.cursor() as cur:
+        cur.execute(f"DELETE FROM {table} WHERE pool_id = (SELECT pool_id FROM {table} WHERE pool_id = %s "
+                    "FOR UPDATE SKIP LOCKED)", [pool_id])
+
+
+def wanted(pool_id: int) -> bool:
+    """After a pass's commit: whether a pass of the pool was wished for while it ran."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT 1 FROM {_table()} WHERE pool_id = %s", [pool_id])
+        return cur.fetchone() is not None
