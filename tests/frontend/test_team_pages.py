@@ -71,7 +71,7 @@ def test_teams_nest_under_their_parent_when_teams_have_one(seeded: Any) -> None:
     teams = list(Team.objects.prefetch_related("members").order_by("name"))
     parent = next(t for t in teams if t.name == "research")
     for team in teams:  # what the hierarchy's `parent_id` column will hold
-        team.parent_id = parent.pk if team.name == "vision" else None  # type: ignore[attr-defined]
+        team.parent_id = parent.pk if team.name == "vision" else None
     top = team_summaries(user=seeded.users["root"], teams=teams)  # type: ignore[arg-type]
     names = [s.team.name for s in top]
     assert "vision" not in names
