@@ -18,6 +18,9 @@ import re
 from dataclasses import dataclass, field
 
 _GPU = re.compile(r"^GPU(\d+)$")
+# The real tool underlines the header with terminal escapes even when its output is a pipe (seen
+# on an H100, driver 580: `\x1b[4mGPU0 … \x1b[0m`); left in, no column is named GPU0.
+_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NVLINK = re.compile(r"^NV(\d+)$")
 
 
@@ -46,7 +49,7 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     """The matrix of `nvidia-smi topo -m` (see the module docstring); empty when there is none."""
     columns: list[int] | None = None
     links: dict[tuple[int, int], int] = {}
-    for line in text.splitlines():
+    for line in _ESCAPE.sub("", text).splitlines():
         words = line.split()
         if not words:
             continue

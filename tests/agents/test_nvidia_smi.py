@@ -41,7 +41,7 @@ def test_every_capture_is_covered_by_a_test_here() -> None:
     assert sorted(p.name for p in FIXTURES.iterdir()) == sorted(
         p.name for p in FIXTURES.iterdir() if f'"{p.name}"' in source
     )
-    assert len(list(FIXTURES.iterdir())) == 10
+    assert len(list(FIXTURES.iterdir())) == 11
 
 
 # --- query-gpu CSV --------------------------------------------------------------------------------
@@ -337,3 +337,15 @@ def test_parsers_never_crash_on_garbage(text: str) -> None:
     smi_text.find_lost_gpus(text)
     with contextlib.suppress(smi_values.NvidiaSmiError):
         smi_report.read_host_report(text)
+
+
+def test_the_discovery_report_of_a_real_h100() -> None:
+    # The SSH connector's discovery script run on a real H100 (tests/fixtures/SOURCES.md, #11).
+    text = (FIXTURES / "h100-80gb-hbm3-discover-report.txt").read_text()
+    driver, cuda, gpus = smi_report.parse_host_report(text)
+    assert (driver, cuda) == ("580.159.04", "13.0")
+    (gpu,) = gpus
+    assert (gpu.uuid, gpu.model, gpu.memory_mb, gpu.index) == (
+        "GPU-e9d66b32-63d0-2736-653a-ea33304ce1e2", "NVIDIA H100 80GB HBM3", 81559, 0)
+    assert (gpu.temperature_c, gpu.power_w, gpu.health, gpu.processes) == (32.0, 70.42, HEALTH_OK, ())
+    assert gpu.nvlink_island == ""  # one GPU: no NVLink island

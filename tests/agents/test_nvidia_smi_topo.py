@@ -21,6 +21,7 @@ EXPECTED = {
     "pcie-8gpu-pix-pxb-sys.txt": (8, [], None),
     "rtx4090-8gpu-sys-only.txt": (8, [], None),
     "tesla-p4-1gpu.txt": (1, [], None),
+    "h100-1gpu-real-escapes.txt": (1, [], None),
 }
 
 
@@ -39,6 +40,16 @@ def test_fixture(name: str) -> None:
         assert {matrix.island_of(i) for i in range(gpus)} == {"nvl0"}
     else:
         assert {matrix.island_of(i) for i in range(gpus)} == {""}
+
+
+def test_the_terminal_escapes_the_real_tool_prints_do_not_hide_the_header() -> None:
+    # nvidia-smi underlines the header row even into a pipe (the H100 capture has it); on an
+    # NVSwitch host the islands must still be found.
+    lines = (FIXTURES / "dgx-h100-8gpu-nv18.txt").read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if "GPU0" in line)
+    lines[header] = lines[header].replace("GPU0", "\x1b[4mGPU0", 1) + "\x1b[0m"
+    assert "\x1b[4m" in (FIXTURES / "h100-1gpu-real-escapes.txt").read_text()
+    assert parse_topo_matrix("\n".join(lines)).island_sizes() == [8]
 
 
 def test_a_partial_capture_still_links_the_gpus_whose_rows_are_missing() -> None:
