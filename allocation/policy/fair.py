@@ -78,6 +78,7 @@ class _FairPass(PoolPass):
         # 40,000 pending requests, bench/bench_scale.py engine).
         self.possible: dict[tuple[object, ...], bool] = {}
         self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
+        self.tree_keys: dict[str, tuple[float, ...]] = {}  # with a tree: _share_key per team
         self.tree = state.quota.tree
         # Phases: 0 within guarantees; flat, 1 borrowing; with a tree, 1 .. top-1 borrowing
         # within a department's guarantee (the most local first), top beyond every guarantee.
@@ -110,7 +111,11 @@ class _FairPass(PoolPass):
         compare by their own shares only once their departments tie."""
         if self.tree is None:
             return self._share(team)
-        return (*(self._share(n) for n in reversed(self.tree.ancestors(team))), self._share(team))
+        key = self.tree_keys.get(team)
+        if key is None:  # kept until any share changes: most pops in a pass grant nothing
+            key = self.tree_keys[team] = (*(self._share(n) for n in reversed(self.tree.ancestors(team))),
+                                          self._share(team))
+        return key
 
     def _changed(self, team: str) -> None:
         """`team`'s allocation changed: its share (and its departments') must be worked out again."""
@@ -118,6 +123,12 @@ class _FairPass(PoolPass):
         if self.tree is not None:
             for node in self.tree.ancestors(team):
                 self.shares.pop(node, None)
+            self.tree_keys.clear()  # a department's share is in every key below it
+
+    def _all_changed(self) -> None:
+        """Allocations of several teams changed (a preemption): every share is worked out again."""
+        self.shares.clear()
+        self.tree_keys.clear()
 
     def _tier(self, req: RequestView) -> int:
         return self.quota.tier(req.team, self.name, req.gpus)
@@ -259,7 +270,7 @@ class _FairPass(PoolPass):
             failed.append((need, req.gpus))
             return False
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
-        self.shares.clear()
+        self._all_changed()
         self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, PendingCode.WAITING_PREEMPTION, explain.preempting_own_team(
@@ -395,7 +406,7 @@ class _FairPass(PoolPass):
         if chosen is None:
             return False
         stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
-        self.shares.clear()  # the requester's and the victims' allocations changed
+        self._all_changed()  # the requester's and the victims' allocations changed
         self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, _waiting_code(kind, chosen), reason)
