@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from allocation.api import serializers as base
 from allocation.models import SchedulerSettings
-from allocation.policy.topology import MODES, PREFERRED, known_levels, topology_problems
+from allocation.policy.topology import MODES, PREFERRED, known_levels, resolve_level, topology_problems
 from core.errors import DomainError
 
 HELP = ("Keep the lease's GPUs within one NVLink island (`nvlink`), one host (`host`) or one domain of a "
@@ -40,7 +40,8 @@ class LeaseCreateSerializer(base.LeaseCreateSerializer):
         if problems:
             raise DomainError(f"topology: {'; '.join(problems)}", code="unknown_topology_level",
                               details={"field": "topology", "levels": list(known_levels(levels))})
-        return {"within": value["within"], "mode": value.get("mode", PREFERRED)}
+        # Stored as the configured level's full key: `zone` names `topology.kubernetes.io/zone`.
+        return {"within": resolve_level(value["within"], levels), "mode": value.get("mode", PREFERRED)}
 
 
 class LeaseSerializer(base.LeaseSerializer):

@@ -57,6 +57,18 @@ def known_levels(levels: Sequence[str]) -> tuple[str, ...]:
     return (NVLINK, HOST, *reversed(tuple(levels)))
 
 
+def resolve_level(within: object, levels: Sequence[str]) -> str | None:
+    """The level a lease's `within` names: `nvlink`, `host`, a configured level's label key, or
+    that key's last segment when only one level has it (`zone` for
+    `topology.kubernetes.io/zone`); None when it names none."""
+    if not isinstance(within, str):
+        return None
+    if within in (NVLINK, HOST) or within in levels:
+        return within
+    short = [level for level in levels if level.rsplit("/", 1)[-1] == within]
+    return short[0] if len(short) == 1 else None
+
+
 def effective(within: str, required: bool, same_host: bool, levels: Sequence[str]) -> tuple[str, bool]:
     """(within, required) as placement applies them: the lease's own, else the default (a
     multi-host lease prefers the innermost level; a same-host lease's island preference is
@@ -77,7 +89,7 @@ def topology_problems(data: Any, levels: Sequence[str]) -> list[str]:
     problems = [f"unknown key {key!r} (known: {', '.join(KEYS)})" for key in data if key not in KEYS]
     within = data.get("within")
     known = known_levels(levels)
-    if not isinstance(within, str) or within not in known:
+    if resolve_level(within, levels) is None:
         problems.append(f"'within' must be one of {', '.join(known)} (the pool's configured levels are "
                         f"{', '.join(levels) or 'none'}); got {within!r}")
     mode = data.get("mode", PREFERRED)

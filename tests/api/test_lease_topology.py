@@ -110,3 +110,14 @@ def test_a_bad_topology_is_a_400_with_a_code(fleet: Any, topology: dict[str, Any
     assert response.status_code == 400, response.content
     assert response.json()["code"] == code
     assert "topology" in response.json()["message"]
+
+
+def test_a_level_named_by_its_short_name_is_stored_as_the_configured_key(
+        apply_yaml: Any, make_user: Any, api: Any) -> None:
+    ann = make_user("ann")
+    apply_yaml(CONFIG.replace("topology: [rack]", "topology: [topology.kubernetes.io/zone, rack]"))
+    client = api(ann)
+    response = client.post("/api/v1/leases/", {"pool": "p", "gpus": 2, "topology": {"within": "zone"}},
+                           format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["topology"] == {"within": "topology.kubernetes.io/zone", "mode": "preferred"}

@@ -7,7 +7,7 @@ import pytest
 
 from allocation.policy import fair, fifo
 from allocation.policy.codes import PendingCode
-from allocation.policy.topology import TopologyView, pick_ids, topology_problems
+from allocation.policy.topology import TopologyView, pick_ids, resolve_level, topology_problems
 from tests.policy.factories import fleet, grants, pendings, req, run, snap
 
 POLICIES = [fair.schedule, fifo.schedule]
@@ -129,3 +129,15 @@ def test_topology_problems():
     assert topology_problems({"within": "rack", "mode": "maybe"}, ["rack"])
     assert topology_problems({"within": "host", "extra": 1}, [])
     assert topology_problems("rack", ["rack"])
+
+
+def test_a_level_may_be_named_by_its_key_s_last_segment_when_only_one_has_it():
+    levels = ["topology.kubernetes.io/zone", "example.com/block", "rack"]
+    assert resolve_level("zone", levels) == "topology.kubernetes.io/zone"
+    assert resolve_level("topology.kubernetes.io/zone", levels) == "topology.kubernetes.io/zone"
+    assert resolve_level("rack", levels) == "rack" and resolve_level("nvlink", levels) == "nvlink"
+    assert topology_problems({"within": "block"}, levels) == []
+    # Two levels end in the same word: the short name is ambiguous, so it names none.
+    assert resolve_level("zone", ["a.io/zone", "b.io/zone"]) is None
+    assert topology_problems({"within": "zone"}, ["a.io/zone", "b.io/zone"])
+    assert resolve_level(3, levels) is None
