@@ -75,7 +75,7 @@ def test_discover_script_quotes_every_word_of_the_command() -> None:
     script = ssh_scripts.discover_script("sudo -n '/opt/nv idia/nvidia-smi'")
     assert "set -- sudo -n '/opt/nv idia/nvidia-smi'\n" in script
     assert "--query-gpu=index,uuid,name,memory.total," in script
-    assert script.count("@@gpupool section") == 4
+    assert script.count("@@gpupool section") == 5  # versions, query-gpu, -L, compute-apps, topo -m
 
 
 def test_sh_quoting_survives_a_real_shell(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ SKEW_S = 300
 #: nowhere near the 300 s of skew it must not inherit.
 BOUND_S = 10.0
 LONG_TTL_S = 600
-SHORT_TTL_S = 2
+SHORT_TTL_S = 30  # outlives the early reap however slow the skewed processes start
 PASS = "allocation.engine.run_pass"
 REAP = "allocation.services.reaper.leases_reap"
 

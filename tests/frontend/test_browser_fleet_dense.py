@@ -109,7 +109,7 @@ def test_bulk_drain_of_ten_filtered_hosts_previews_then_drains(
     base, shots = live_server.url, artifacts / "screenshots"
     log_in(page, base, "root", PASSWORD)
     page.goto(f"{base}/fleet/table/")
-    assert page.locator("[data-count]").first.inner_text() == "Hosts 1–100 of 2000"
+    assert page.locator("[data-count]").first.inner_text() == "Hosts 1–100 of 2,000"
     first = page.locator("#host-table tbody tr").nth(0).get_attribute("data-host")
     second = page.locator("#host-table tbody tr").nth(1).get_attribute("data-host")
     assert (first, second) == ("edge-0", "edge-1")  # natural order: edge-2 before edge-10 (none here)
