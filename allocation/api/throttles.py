@@ -34,31 +34,27 @@ class LeaseCreateThrottle(BaseThrottle):
     def take(self, request: Request, wanted: int) -> tuple[int, float]:
         """Take up to `wanted` tokens of the user's bucket: (how many were taken, seconds until the
         next token when fewer). A batch of N lease requests takes N (allocation/api/lease_batch.py)."""
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        if rate is None:
-            return wanted, 0.0
-        capacity, period_s = parse_rate(str(rate))
         user = request.user
         who = f"user:{user.pk}" if user is not None and user.is_authenticated else f"ip:{self.get_ident(request)}"
-        return BUCKETS.take_many(f"{KEY_PREFIX}:{self.scope}:{capacity}/{period_s}:{who}", wanted,
-                                 capacity=capacity, period_s=period_s)
+        return _take(who, wanted)
 
     def wait(self) -> float | None:
         """Seconds until the next request would be let through (DRF rounds it up for Retry-After)."""
         return self._wait_s
 
 
-def _take(who: str) -> tuple[bool, float | None]:
+def _take(who: str, wanted: int) -> tuple[int, float]:
+    """Up to `wanted` tokens of `who`'s bucket at the rate read now: (taken, seconds to wait)."""
     rate = api_settings.DEFAULT_THROTTLE_RATES.get(LeaseCreateThrottle.scope)
     if rate is None:
-        return True, None
+        return wanted, 0.0
     capacity, period_s = parse_rate(str(rate))
-    taken = BUCKETS.take(f"{KEY_PREFIX}:{LeaseCreateThrottle.scope}:{capacity}/{period_s}:{who}",
-                         capacity=capacity, period_s=period_s)
-    return taken.allowed, taken.wait_s
+    return BUCKETS.take_many(f"{KEY_PREFIX}:{LeaseCreateThrottle.scope}:{capacity}/{period_s}:{who}", wanted,
+                             capacity=capacity, period_s=period_s)
 
 
 def lease_rate_take(user: Any) -> tuple[bool, float | None]:
     """One lease request of an authenticated `user` from the same bucket as LeaseCreateThrottle
     (the fast lease path, allocation/api/fast/app.py): (allowed, seconds to wait when not)."""
-    return _take(f"user:{user.pk}")
+    taken, wait_s = _take(f"user:{user.pk}", 1)
+    return (True, None) if taken else (False, wait_s)
