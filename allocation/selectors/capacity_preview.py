@@ -93,8 +93,31 @@ class LeaseImpact:
         return OUTCOMES[self.outcome]
 
 
+class ImpactSummary:
+    """What a preview of a capacity change says of its pools and leases, whatever the change (a
+    move here, a bulk host action in host_bulk_preview.py): the dataclasses below supply them."""
+
+    pools: tuple[PoolChange, ...]
+    leases: tuple[LeaseImpact, ...]
+
+    @property
+    def guarantees_ok(self) -> bool:
+        """Every affected pool's guarantees still fit in its capacity after the change."""
+        return not any(p.shortfall for p in self.pools)
+
+    @property
+    def preempted(self) -> tuple[LeaseImpact, ...]:
+        """Leases the change preempts: by the drain of their host, or at the next pass."""
+        return tuple(i for i in self.leases if i.outcome in ("preempted", "preempted_next_pass"))
+
+    @property
+    def could_start(self) -> tuple[LeaseImpact, ...]:
+        """Waiting leases the next pass could grant only because of the change."""
+        return tuple(i for i in self.leases if i.outcome == "granted_next_pass")
+
+
 @dataclass(frozen=True)
-class CapacityPreview:
+class CapacityPreview(ImpactSummary):
     target: str
     mode: str
     gpu_ids: tuple[int, ...]  # top-level GPUs to move (their MIG slices follow)
@@ -111,20 +134,6 @@ class CapacityPreview:
     def can_confirm(self) -> bool:
         return bool(self.gpu_ids) and not self.blocked
 
-    @property
-    def guarantees_ok(self) -> bool:
-        """Every affected pool's guarantees still fit in its capacity after the move."""
-        return not any(p.shortfall for p in self.pools)
-
-    @property
-    def preempted(self) -> tuple[LeaseImpact, ...]:
-        """Leases the move preempts: by the drain of their host, or at the next pass."""
-        return tuple(i for i in self.leases if i.outcome in ("preempted", "preempted_next_pass"))
-
-    @property
-    def could_start(self) -> tuple[LeaseImpact, ...]:
-        """Waiting leases the next pass could grant only because of the move."""
-        return tuple(i for i in self.leases if i.outcome == "granted_next_pass")
 
 
 def _selected_gpus(gpu_ids: Sequence[int], host_ids: Sequence[int]) -> list[Gpu]:

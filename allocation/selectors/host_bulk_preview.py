@@ -25,6 +25,7 @@ from allocation.choices import HOLDING_STATES
 from allocation.engine.snapshot import build_snapshot
 from allocation.models import Lease, Quota
 from allocation.selectors.capacity_preview import (
+    ImpactSummary,
     LeaseImpact,
     PoolChange,
     _fingerprint,
@@ -56,7 +57,7 @@ class HostChange:
 
 
 @dataclass(frozen=True)
-class BulkPreview:
+class BulkPreview(ImpactSummary):
     verb: str
     host_ids: tuple[int, ...]  # every host asked for, in name order
     hosts: tuple[HostChange, ...]
@@ -73,17 +74,6 @@ class BulkPreview:
     def can_confirm(self) -> bool:
         return bool(self.changing)
 
-    @property
-    def guarantees_ok(self) -> bool:
-        return not any(p.shortfall for p in self.pools)
-
-    @property
-    def preempted(self) -> tuple[LeaseImpact, ...]:
-        return tuple(i for i in self.leases if i.outcome in ("preempted", "preempted_next_pass"))
-
-    @property
-    def could_start(self) -> tuple[LeaseImpact, ...]:
-        return tuple(i for i in self.leases if i.outcome == "granted_next_pass")
 
 
 def hosts_bulk_preview(*, host_ids: Sequence[int], verb: str, next_pass: bool = True) -> BulkPreview:
