@@ -20,6 +20,8 @@ from allocation.selectors import Pending, fair_share_standing, pending_by_pool, 
 from allocation.selectors.idle import idle_gpus
 from core.roles import is_pool_admin
 from frontend.charts import LineChart, line_chart
+from history.choices import Step
+from history.models import PoolPoint
 from inventory.choices import GpuState
 from inventory.models import Gpu, GpuSample, Host, Pool
 from inventory.replicas import ReplicaSummary, summarise, unit_key
@@ -129,15 +131,35 @@ def utilisation_series(start: datetime, end: datetime,
                        buckets: int = CHART_BUCKETS) -> dict[int, list[tuple[datetime, float | None]]]:
     """Mean GPU utilisation per pool in equal time buckets; None where no sample fell.
 
+    The minutes the history has recorded (a pool's minute points, `history_record`) are read from
+    there: one row a pool and minute, where the raw samples are one a GPU and minute (16,000 rows a
+    minute on a 2,000-host fleet, a second's scan for the overview's window). Raw samples fill in
+    only the minutes outside the recorded span (a young install, the minute not yet recorded),
+    weighted by their count as the points are by their pool's capacity.
     GPUs count towards the pool they are in now (a moved GPU takes its history along)."""
     width = (end - start).total_seconds() / buckets
     sums: dict[int, list[list[float]]] = defaultdict(lambda: [[0.0, 0.0] for _ in range(buckets)])
-    rows = (GpuSample.objects.filter(at__gte=start, at__lte=end, utilization_pct__isnull=False)
-            .values_list("gpu__pool_id", "at").annotate(mean=Avg("utilization_pct"), n=Count("pk")))
-    for pool_id, at, mean, n in rows:
-        slot = min(int((at - start).total_seconds() // width), buckets - 1)
-        sums[pool_id][slot][0] += mean * n
-        sums[pool_id][slot][1] += n
+
+    def add(pool_id: int, at: datetime, mean: float, weight: float) -> None:
+        slot = min(max(int((at - start).total_seconds() // width), 0), buckets - 1)
+        sums[pool_id][slot][0] += mean * weight
+        sums[pool_id][slot][1] += weight
+
+    points = list(PoolPoint.objects.filter(step=Step.MINUTE, at__gte=start, at__lte=end, util_pct__isnull=False)
+                  .values_list("pool_id", "at", "util_pct", "capacity"))
+    for pool_id, at, mean, capacity in points:
+        assert mean is not None  # filtered above
+        add(pool_id, at, mean, max(capacity, 1.0))
+    outside = Q(at__gte=start, at__lte=end)
+    if points:
+        # A point stands for its minute [at, at + 60 s): samples inside the span are counted there.
+        # Two ranges, so each is an index range scan (not a filter over the whole window).
+        first, after = min(p[1] for p in points), max(p[1] for p in points) + timedelta(seconds=Step.MINUTE)
+        outside = Q(at__gte=start, at__lt=first) | Q(at__gte=after, at__lte=end)
+    samples = GpuSample.objects.filter(outside, utilization_pct__isnull=False)
+    for pool_id, at, mean, n in (samples.values_list("gpu__pool_id", "at")
+                                 .annotate(mean=Avg("utilization_pct"), n=Count("pk"))):
+        add(pool_id, at, mean, n)
     return {pool_id: [(start + timedelta(seconds=width * (i + 0.5)), total / n if n else None)
                       for i, (total, n) in enumerate(slots)] for pool_id, slots in sums.items()}
 
