@@ -14,8 +14,9 @@ processes to 1, and the machine's load average (other work on the machine moves 
 
 engine: one pool of `--hosts` × 8 GPUs (64,000 by default), every GPU held (one lease per host),
 then `--pending` pending leases of 1-8 GPUs from 8 teams: the fair policy's passes over them, each
-with its wall time, SQL queries (CaptureQueriesContext), the peak of Python memory allocated
-during the pass (tracemalloc) and the process's peak RSS: the first pass (writes every
+with its wall time and SQL queries (CaptureQueriesContext), then, in passes of their own, the
+peak of Python memory allocated during a pass (tracemalloc, which slows the pass it traces) and the
+process's peak RSS: the first pass (writes every
 explanation), a pass with nothing changed, and a pass after one host is freed (grants there,
 every request behind moves). Baseline in the same run: the pure policy alone on the snapshot.
 """
@@ -209,9 +210,12 @@ def engine(args: Any) -> None:
     policy_s = bench.policy_alone()
     print(f"baseline (policy alone on that snapshot, median of {args.repeat}): {policy_s * 1000:7.1f} ms")
 
-    def measured(label: str) -> Measured:
-        profiler = cProfile.Profile() if args.profile else None
-        tracemalloc.start()
+    def measured(label: str, *, memory: bool = False) -> Measured:
+        """One pass timed; with `memory`, under tracemalloc instead (which slows an allocating
+        pass 1.2-2x: the figures of such a pass are its memory, not its time)."""
+        profiler = cProfile.Profile() if args.profile and not memory else None
+        if memory:
+            tracemalloc.start()
         with CaptureQueriesContext(connection) as q:
             if profiler:
                 profiler.enable()
@@ -222,15 +226,17 @@ def engine(args: Any) -> None:
                 profiler.disable()
                 Path(args.profile).mkdir(parents=True, exist_ok=True)
                 profiler.dump_stats(str(Path(args.profile) / f"scale-{label}.prof"))
-        _, peak = tracemalloc.get_traced_memory()
+        peak = tracemalloc.get_traced_memory()[1] if memory else 0
         tracemalloc.stop()
         sqls = [query["sql"] for query in q.captured_queries]
         m = Measured(seconds, len(sqls), _writes(sqls), peak / 2**20, report)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{label:<34} {m.seconds * 1000:8.1f} ms ({m.seconds / policy_s:4.1f}× policy; this process's CPU "
-              f"{cpu * 1000:8.1f} ms)  {m.queries:3d} queries "
-              f"({m.writes} writes)  granted {len(report.granted):4d}, pending {report.pending}  "
-              f"Python peak {m.py_peak_mb:6.1f} MiB, process peak RSS {rss:6.0f} MiB")
+        if memory:
+            print(f"{label:<34} Python peak {m.py_peak_mb:6.1f} MiB during the pass, process peak RSS {rss:6.0f} MiB")
+        else:
+            print(f"{label:<34} {m.seconds * 1000:8.1f} ms ({m.seconds / policy_s:4.1f}× policy; this process's "
+                  f"CPU {cpu * 1000:8.1f} ms)  {m.queries:3d} queries ({m.writes} writes)  "
+                  f"granted {len(report.granted):4d}, pending {report.pending}")
         return m
 
     _forget()
@@ -238,6 +244,10 @@ def engine(args: Any) -> None:
     idle = [measured(f"no-change pass {i + 1}") for i in range(args.repeat)]
     bench.free_one_host()
     churn = measured("one host freed")
+    print("memory (separate passes under tracemalloc):")
+    _forget()
+    measured("cold pass", memory=True)
+    measured("no-change pass", memory=True)
     worst = max([first.queries, churn.queries, *(m.queries for m in idle)])
     idle_s = statistics.median(m.seconds for m in idle)
     print(f"goals: a fair pass ≤ 2 s: churn {churn.seconds:.2f} s, no-change {idle_s:.2f} s, "

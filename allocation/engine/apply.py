@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 from allocation.audit import AuditRow
 from allocation.choices import LeaseState
-from allocation.engine.snapshot import PoolRead
+from allocation.engine.snapshot import PendingRow, PoolRead
 from allocation.events import LeaseChange
 from allocation.lease_states import leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
@@ -35,6 +35,13 @@ ACTOR = "system:scheduler"
 # explanation are always written at once.
 EXPLAIN_HEAD = 100
 EXPLAIN_TAIL_INTERVAL_S = 2.0
+# Behind the head, a position or an estimated start that moved by less than 1% (of the position; of
+# the time left to the start, and at least a minute) is not rewritten: place 30,000 against 29,996
+# tells a user nothing, and a pass that grants a few leases would otherwise rewrite the whole queue
+# (40,000 rows: most of a pass's time on a pool of 64,000 GPUs). Each comparison is against the
+# stored value, so what a reader sees is never off by more than that.
+TAIL_SLACK = 0.01
+TAIL_SLACK_MIN_S = 60.0
 _tail_written: dict[int, float] = {}  # pool id -> when its tail was last written (_clock)
 _clock = time.monotonic
 
@@ -160,6 +167,19 @@ def after(read: PoolRead, step: Step) -> PoolRead:
                     read.gpu_meter)
 
 
+def _moved(row: PendingRow, code: str, reason: str, position: int, est: datetime | None, now: datetime) -> bool:
+    """Whether a tail lease's explanation changed by more than the slack (TAIL_SLACK)."""
+    if (row.pending_code, row.reason) != (code, reason) or (row.estimated_start is None) != (est is None):
+        return True
+    assert row.queue_position is not None  # a tail row has one
+    if abs(position - row.queue_position) >= max(1.0, TAIL_SLACK * row.queue_position):
+        return True
+    if est is None or row.estimated_start is None:
+        return False
+    ahead = max((row.estimated_start - now).total_seconds(), 0.0)
+    return abs((est - row.estimated_start).total_seconds()) >= max(TAIL_SLACK_MIN_S, TAIL_SLACK * ahead)
+
+
 def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> set[str]:
     """Store each pending lease's code, reason, queue position and estimated start where they
     changed, in one UPDATE (only on leases still pending). Returns the ids of the leases written.
@@ -167,8 +187,10 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
     Bounded cost: a lease's first explanation (none stored yet), and any change at the head of
     the queue (old or new position ≤ EXPLAIN_HEAD), are written at once; changes further back
     only when this pool's tail was last written EXPLAIN_TAIL_INTERVAL_S ago or more (then all of
-    them). So a pass over a long queue that grants one lease writes about EXPLAIN_HEAD rows, not
-    the whole queue; positions further back lag by at most the interval, or until the next pass.
+    them), and only those that moved by more than the slack (TAIL_SLACK). So a pass over a long
+    queue that grants one lease writes about EXPLAIN_HEAD rows, not the whole queue; positions
+    further back lag by at most the interval, or until the next pass, and are never off by more
+    than the slack.
     Unchanged explanations are never rewritten."""
     head, tail = [], []
     for pend in decisions.pending:
@@ -182,7 +204,7 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         change = (pend.lease_id, pend.code, pend.reason, pend.queue_position, est)
         if row.queue_position is None or min(row.queue_position, pend.queue_position) <= EXPLAIN_HEAD:
             head.append(change)
-        else:
+        elif _moved(row, pend.code, pend.reason, pend.queue_position, est, now):
             tail.append(change)
     if tail and _clock() - _tail_written.get(pool.pk, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S:
         _tail_written[pool.pk] = _clock()

@@ -73,3 +73,29 @@ def test_an_explanation_that_did_not_change_is_not_rewritten(fleet, leases, monk
     monkeypatch.setattr(apply, "_tail_written", {})  # the tail is due, and still nothing to write
     run_pass([pool.pk])
     assert written == []
+
+
+def test_a_tail_position_that_moved_by_less_than_the_slack_is_not_rewritten(fleet, leases, monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(apply, "_clock", clock)
+    monkeypatch.setattr(apply, "EXPLAIN_HEAD", 1)
+    monkeypatch.setattr(apply, "TAIL_SLACK", 0.5)  # a position may lag by half of itself
+    pool = fleet(hosts=1)
+    [holder] = leases(pool, 1, gpus=8)
+    run_pass([pool.pk])
+    queue = leases(pool, 5, gpus=8)
+    run_pass([pool.pk])
+    assert _positions(queue) == [1, 2, 3, 4, 5]
+
+    lease_release(lease=holder, actor="ann")
+    clock.now += 10
+    run_pass([pool.pk])
+    # 3 -> 2 and 4 -> 3 moved by less than half their place: left; 2 -> 1 is the head; 5 -> 4 moved 1
+    # where half of 5 is 2.5: left.
+    assert _positions(queue[1:]) == [1, 3, 4, 5]
+
+    lease_release(lease=Lease.objects.get(pk=queue[0].pk), actor="ann")
+    clock.now += 10
+    run_pass([pool.pk])
+    # Now 3 -> 1 (the head), 4 -> 2 (moved 2 of 4: written), 5 -> 3 (moved 2 of 5 < 2.5: left).
+    assert _positions(queue[2:]) == [1, 2, 5]
