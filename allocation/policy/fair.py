@@ -39,8 +39,9 @@ from allocation.policy import (
 )
 from allocation.policy.codes import PendingCode
 from allocation.policy.fair_order import TeamOrder
+from allocation.policy.fit_memo import FitMemo
 from allocation.policy.gates import Refusal, admit
-from allocation.policy.placement import FitMemo, Group, Placement
+from allocation.policy.placement import Group, Placement
 from allocation.policy.poolpass import PoolPass
 from allocation.policy.state import PassState, RunningLease, build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
