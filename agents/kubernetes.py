@@ -1,6 +1,6 @@
 """The Kubernetes source: GPU nodes of one cluster, and leases bound as pods on them.
 
-Config keys (see CONTRACT.md): `kubeconfig` (path) or `in_cluster: true`, `context`,
+Config keys (see CONTRACT.md; checked in `agents.k8s_config`): `kubeconfig` (path) or `in_cluster: true`, `context`,
 `namespace` (where bound pods go, default `gpupool-jobs`), `host` (API URL override, used by
 tests), `request_timeout` (s, default 10), `pending_deadline_s` (default 300), `telemetry`
 (DCGM metrics from Prometheus: `agents.k8s_telemetry`), `device_binding` (`auto`, `dra` or
@@ -16,7 +16,6 @@ leased devices through a ResourceClaim (`agents.k8s_claim`) instead of a count o
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -36,7 +35,8 @@ from agents.base import (
 )
 from agents.k8s_api import KubeApi, Refused
 from agents.k8s_claim import build_claim, pod_claim, validate_claim
-from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, validate_device_binding, with_dra
+from agents.k8s_config import CONFIG_KEYS, DEFAULT_NAMESPACE, DEFAULT_PENDING_DEADLINE_S, config_errors, is_dns_label
+from agents.k8s_dra import BINDING_AUTO, is_dra_uuid, with_dra
 from agents.k8s_dra_api import DraCalls
 from agents.k8s_exec import KubernetesExec
 from agents.k8s_logs import PodLog
@@ -45,10 +45,8 @@ from agents.k8s_pod_manifest import build_pod, labelled_for, pod_name, validate_
 from agents.k8s_pod_status import events_text, pod_status
 from agents.k8s_resources import is_active_pod
 from agents.k8s_telemetry import SECRET_FIELDS as TELEMETRY_SECRETS
-from agents.k8s_telemetry import Telemetry, validate_telemetry
+from agents.k8s_telemetry import Telemetry
 
-DEFAULT_NAMESPACE = "gpupool-jobs"
-DEFAULT_PENDING_DEADLINE_S = 300
 # Pods that still hold resources and sit on a node. Test servers may ignore field selectors,
 # so discovery filters the same way client-side.
 _ACTIVE_SCHEDULED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -64,19 +62,7 @@ class KubernetesConnector(KubernetesExec, Connector):
     spans_sources: ClassVar[bool] = False  # a multi-host lease stays in one cluster
     #: Chunk size of list calls: big clusters come in pages instead of one huge answer.
     list_page_size: int = 500
-    config_keys = frozenset(
-        {
-            "kubeconfig",
-            "in_cluster",
-            "context",
-            "namespace",
-            "host",
-            "request_timeout",
-            "pending_deadline_s",
-            "telemetry",
-            "device_binding",
-        }
-    )
+    config_keys = CONFIG_KEYS
     secret_fields = TELEMETRY_SECRETS
 
     def __init__(self, name: str, config: Mapping[str, Any]) -> None:
@@ -95,28 +81,8 @@ class KubernetesConnector(KubernetesExec, Connector):
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> list[str]:
-        errors = []
-        in_cluster = config.get("in_cluster", False)
-        if not isinstance(in_cluster, bool):
-            errors.append("'in_cluster' must be true or false")
-        if in_cluster and config.get("kubeconfig"):
-            errors.append("give either 'kubeconfig' or 'in_cluster: true', not both")
-        if not (in_cluster or config.get("kubeconfig") or config.get("host")):
-            errors.append("a kubernetes source needs 'kubeconfig' (a path) or 'in_cluster: true'")
-        for key in ("kubeconfig", "context", "host"):
-            if key in config and not isinstance(config[key], str):
-                errors.append(f"'{key}' must be a string")
-        namespace = config.get("namespace", DEFAULT_NAMESPACE)
-        if not isinstance(namespace, str) or not _is_dns_label(namespace):
-            errors.append(f"'namespace' must be a DNS label (like gpupool-jobs), got {namespace!r}")
-        errors.extend(validate_device_binding(config.get("device_binding", BINDING_AUTO)))
-        for key in ("request_timeout", "pending_deadline_s"):
-            value = config.get(key, 1)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                errors.append(f"'{key}' must be a positive number of seconds, got {value!r}")
-        if "telemetry" in config:
-            errors.extend(validate_telemetry(config["telemetry"]))
-        return errors
+        """Human sentences for everything wrong with an entry (`agents.k8s_config`)."""
+        return config_errors(config)
 
     def close(self) -> None:
         """Drop the HTTP connection pool. The connector builds a new one if used again."""
@@ -185,7 +151,7 @@ class KubernetesConnector(KubernetesExec, Connector):
                 f"a kubernetes source binds pods, not {spec.get('kind')!r}", permanent=True
             )
         namespace = str(spec.get("namespace") or self.namespace)
-        if not _is_dns_label(namespace):
+        if not is_dns_label(namespace):
             raise AgentError(f"{namespace!r} is not a valid namespace name", permanent=True)
         # A requeued lease's pod and claim are named apart from its first ones (`binding_id`),
         # which may still exist on the lost node until they are deleted; the lease label stays
@@ -281,7 +247,7 @@ class KubernetesConnector(KubernetesExec, Connector):
         if request.spec.get("kind") != "pod":
             return None
         namespace = str(request.spec.get("namespace") or self.namespace)
-        if not _is_dns_label(namespace):
+        if not is_dns_label(namespace):
             return None
         handle = {"namespace": namespace, "name": pod_name(request.binding_id), "node": request.host_name,
                   "uid": "", "lease_id": request.lease_id}
@@ -401,6 +367,3 @@ def _by_claim(gpu_uuids: tuple[str, ...]) -> bool:
                          "a pod gets its GPUs one way or the other", permanent=True)  # fmt: skip
     return from_slices == {True}
 
-
-def _is_dns_label(text: str) -> bool:
-    return len(text) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) is not None

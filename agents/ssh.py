@@ -16,6 +16,9 @@ Config (a `sources` entry of kind `ssh`, secrets already decrypted by the caller
     shell_forwarding: true                 # optional: whether those keys may forward ports
     backoff: {initial_s: 30, max_s: 900}   # optional: how a host that keeps failing is probed less often
 
+`agents.ssh_config` checks an entry (the connector's `validate_config`, and each host entry at
+discovery).
+
 Discovery costs one SSH connection and one remote command per host, all hosts in parallel up
 to `max_parallel`. A host that cannot be read (refused, timed out, wrong host key, bad
 credentials, nvidia-smi missing) comes back offline with the reason in `HostFact.error`; the
@@ -36,7 +39,6 @@ time-slicing; a process is given the physical GPUs behind its replicas.
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -59,14 +61,20 @@ from agents.base import (
     HostFact,
     LogStream,
 )
-from agents.host_backoff import HostBackoff, backoff_config_errors
+from agents.host_backoff import HostBackoff
 from agents.nvidia_smi.report import read_host_report
 from agents.nvidia_smi.values import NvidiaSmiError
-from agents.ssh_access import SESSION, SHELL_DEFAULTS, SshShellAccess, shell_config_errors
-from agents.ssh_session import HostSpec, PinnedKey, SshSession, load_private_key
-
-DEFAULTS = {"nvidia_smi": "nvidia-smi", "max_parallel": 16, "state_dir": "~/.gpupool"}
-_HOST_KEYS = frozenset({"address", "port", "host_key", "name", "time_slicing", "labels"})
+from agents.ssh_access import SESSION, SshShellAccess
+from agents.ssh_config import (
+    CONFIG_KEYS,
+    DEFAULTS,
+    config_errors,
+    host_errors,
+    host_name,
+    host_spec,
+    source_errors,
+)
+from agents.ssh_session import HostSpec, SshSession, load_private_key
 
 
 class SshConnector(SshShellAccess, Connector):
@@ -81,10 +89,7 @@ class SshConnector(SshShellAccess, Connector):
 
     kind = "ssh"
     workloads: ClassVar[frozenset[str]] = frozenset({"process", SESSION})
-    config_keys: ClassVar[frozenset[str]] = frozenset(
-        {"user", "key_file", "private_key", "hosts", "connect_timeout", "command_timeout", "backoff", *DEFAULTS,
-         *SHELL_DEFAULTS}
-    )
+    config_keys: ClassVar[frozenset[str]] = CONFIG_KEYS
     secret_fields = ("private_key",)
     request_timeout_s = 30.0  # nvidia-smi on a host with many GPUs takes seconds
     request_timeout_key = "command_timeout"
@@ -98,57 +103,9 @@ class SshConnector(SshShellAccess, Connector):
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> list[str]:
-        """Human sentences for everything wrong with an entry; empty when it is usable."""
-        errors = cls._source_errors(config)
-        hosts = config.get("hosts")
-        if not isinstance(hosts, list) or not hosts:
-            return [*errors, "hosts must be a non-empty list"]
-        names: set[str] = set()
-        for position, entry in enumerate(hosts):
-            errors += [f"hosts[{position}]: {e}" for e in cls._host_errors(entry)]
-            name = _host_name(entry, position)
-            if name in names:
-                errors.append(f"hosts[{position}]: duplicate host name {name!r}; name each host")
-            names.add(name)
-        return errors
-
-    @classmethod
-    def _source_errors(cls, config: Mapping[str, Any]) -> list[str]:
-        errors = [f"unknown key {key!r}" for key in sorted(set(config) - cls.config_keys)]
-        if not isinstance(config.get("user"), str) or not config.get("user"):
-            errors.append("user is required")
-        if bool(config.get("key_file")) == bool(config.get("private_key")):
-            errors.append("give exactly one of key_file or private_key")
-        try:
-            if not shlex.split(str(config.get("nvidia_smi", DEFAULTS["nvidia_smi"]))):
-                errors.append("nvidia_smi must name a command")
-        except ValueError as exc:
-            errors.append(f"nvidia_smi is not a valid command line: {exc}")
-        for key in ("connect_timeout", "command_timeout", "max_parallel"):
-            value = config.get(key)
-            if key in config and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
-                errors.append(f"{key} must be a positive number")
-        errors += shell_config_errors(config)
-        return errors + (backoff_config_errors(config["backoff"]) if "backoff" in config else [])
-
-    @staticmethod
-    def _host_errors(entry: Any) -> list[str]:
-        if not isinstance(entry, Mapping) or not entry.get("address"):
-            return ["address is required"]
-        errors = [f"unknown key {key!r}" for key in sorted(set(entry) - _HOST_KEYS)]
-        port = entry.get("port", 22)
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            errors.append("port must be 1-65535")
-        try:
-            PinnedKey.parse(str(entry.get("host_key") or ""))
-        except ValueError as exc:
-            errors.append(f"{exc} (hosts without a pinned key are refused)")
-        labels = entry.get("labels", {})
-        if not isinstance(labels, Mapping) or not all(
-                isinstance(k, str) and k and isinstance(v, str) for k, v in labels.items()):
-            errors.append("labels must map label keys to string values (quote numbers)")
-        replicas = time_slicing.replicas_error(entry.get("time_slicing", 1))
-        return [*errors, replicas] if replicas else errors
+        """Human sentences for everything wrong with an entry (`agents.ssh_config`); empty when
+        it is usable."""
+        return config_errors(config, cls.config_keys)
 
     def _setting(self, key: str) -> Any:
         return self.config.get(key, DEFAULTS[key])
@@ -156,16 +113,8 @@ class SshConnector(SshShellAccess, Connector):
     def hosts(self) -> list[HostSpec]:
         """The usable configured hosts (name defaults to the address); bad entries are left
         out here and reported by `validate_config` and `discover`."""
-        return [
-            HostSpec(
-                name=_host_name(entry, position),
-                address=str(entry["address"]),
-                port=int(entry.get("port", 22)),
-                host_key=str(entry.get("host_key") or ""),
-            )
-            for position, entry in enumerate(self.config.get("hosts") or [])
-            if not self._host_errors(entry)
-        ]
+        return [host_spec(entry, position) for position, entry in enumerate(self.config.get("hosts") or [])
+                if not host_errors(entry)]
 
     def _private_key(self) -> Any:
         with self._pkey_lock:  # parsed once, shared by all threads of a discovery pass
@@ -200,7 +149,7 @@ class SshConnector(SshShellAccess, Connector):
 
     def discover_except(self, skip: frozenset[str]) -> Discovery:
         """`discover`, leaving out (unprobed, unreported) the hosts whose names are in `skip`."""
-        errors = self._source_errors(self.config)
+        errors = source_errors(self.config, self.config_keys)
         entries = self.config.get("hosts")
         if not isinstance(entries, list):
             errors, entries = [*errors, "hosts must be a list"], []
@@ -214,18 +163,17 @@ class SshConnector(SshShellAccess, Connector):
 
         def discover_entry(item: tuple[int, Any]) -> HostFact:
             position, entry = item
-            problems = self._host_errors(entry)
+            problems = host_errors(entry)
             if problems:
                 address = str(entry.get("address", "")) if isinstance(entry, Mapping) else ""
-                return HostFact(name=_host_name(entry, position), address=address,
+                return HostFact(name=host_name(entry, position), address=address,
                                 state=HOST_OFFLINE, error="; ".join(problems))  # fmt: skip
-            spec = HostSpec(_host_name(entry, position), str(entry["address"]),
-                            int(entry.get("port", 22)), str(entry["host_key"]))  # fmt: skip
+            spec = host_spec(entry, position)
             fact = self._discover_host(spec, script, int(entry.get("time_slicing", 1)))
             # The host's own labels (`labels:` in the config), for selectors and topology.
             return dataclasses.replace(fact, labels={**entry.get("labels", {}), **fact.labels})
 
-        probed = [(p, e) for p, e in enumerate(entries) if _host_name(e, p) not in skip]
+        probed = [(p, e) for p, e in enumerate(entries) if host_name(e, p) not in skip]
         workers = max(1, min(int(self._setting("max_parallel")), len(probed)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ssh-discover") as pool:
             facts = list(pool.map(discover_entry, probed))
@@ -415,8 +363,3 @@ class SshConnector(SshShellAccess, Connector):
         if "stopped" not in marks:
             raise AgentError(f"could not confirm the lease's processes stopped on {host.where}")
 
-
-def _host_name(entry: Any, position: int) -> str:
-    if isinstance(entry, Mapping) and (entry.get("name") or entry.get("address")):
-        return str(entry.get("name") or entry["address"])
-    return f"hosts[{position}]"

@@ -1,5 +1,5 @@
 """The team tree in the team JSON: `parent`, `children` and `path` (root first), beside
-allocation/api/serializers.py's TeamSerializer (kept there as it was)."""
+allocation/api/team_serializers.py's TeamSerializer (kept there as it was)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from allocation.api.serializers import TeamSerializer
+from allocation.api.team_serializers import TeamSerializer
 from allocation.models import Team
 
 

@@ -11,7 +11,7 @@ from rest_framework import mixins
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocation.api.serializers import (
+from allocation.api.team_serializers import (
     PriorityClassSerializer,
     QuotaSerializer,
     QuotaUpdateSerializer,

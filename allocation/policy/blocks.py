@@ -31,7 +31,8 @@ import heapq
 from collections.abc import Callable, Iterable
 
 from allocation.policy.backfill import Order, Reservation, host_start, release_time, start_time
-from allocation.policy.placement import FitMemo, Group
+from allocation.policy.fit_memo import FitMemo
+from allocation.policy.placement import Group
 from allocation.policy.state import PoolState
 from allocation.policy.types import RequestView
 

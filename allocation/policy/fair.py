@@ -6,8 +6,9 @@ Order of a pass, per pool (pools are independent: quotas and capacity are per po
 2. Two phases: first the requests that keep their team within its guarantee (Kueue admits
    within-nominal workloads before borrowing ones), then the borrowing ones. In each phase teams
    take turns by the key of their next request: (-priority, fair share, created_at, lease_id),
-   the share (`fairshare.team_share`) recomputed after each grant (water-filling). A team's own
-   order holds within each phase; its request that would borrow waits for the second phase.
+   the share (`fairshare.team_share`) recomputed after each grant (water-filling; the turns are
+   fair_order.py's). A team's own order holds within each phase; its request that would borrow
+   waits for the second phase.
 3. Each request in turn: refused at once if nothing could ever satisfy it; at its team's limit,
    kept pending unless preempting the team's own lower-priority preemptible leases makes room
    under the limit (then they are stopped and it waits for their GPUs); placed best-fit if it
@@ -22,7 +23,6 @@ the rest of the pass: free capacity only shrinks within a pass, so they would no
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -38,9 +38,10 @@ from allocation.policy import (
     reservations,
 )
 from allocation.policy.codes import PendingCode
-from allocation.policy.fairshare import team_share
+from allocation.policy.fair_order import TeamOrder
+from allocation.policy.fit_memo import FitMemo
 from allocation.policy.gates import Refusal, admit
-from allocation.policy.placement import FitMemo, Group, Placement
+from allocation.policy.placement import Group, Placement
 from allocation.policy.poolpass import PoolPass
 from allocation.policy.state import PassState, RunningLease, build_pass, pending_by_pool, queue_order
 from allocation.policy.types import Decisions, RequestView, Snapshot
@@ -77,8 +78,7 @@ class _FairPass(PoolPass):
         # many requests of one shape behind a head ask it again and again (50 % of a pass over
         # 40,000 pending requests, bench/bench_scale.py engine).
         self.possible: dict[tuple[object, ...], bool] = {}
-        self.shares: dict[str, float] = {}  # per team; dropped when its allocation changes
-        self.tree_keys: dict[str, tuple[float, ...]] = {}  # with a tree: _share_key per team
+        self.order = TeamOrder(self.snapshot, self.quota, name)  # fair-share turns of the teams
         self.tree = state.quota.tree
         # Phases: 0 within guarantees; flat, 1 borrowing; with a tree, 1 .. top-1 borrowing
         # within a department's guarantee (the most local first), top beyond every guarantee.
@@ -92,43 +92,6 @@ class _FairPass(PoolPass):
         self.fair_share = preemption_fair.enabled(self.snapshot.pools.get(name), self.now)
 
     # --- ordering ---------------------------------------------------------------------------------
-
-    def _share(self, team: str) -> float:
-        share = self.shares.get(team)
-        if share is None:
-            view = self.snapshot.teams.get(team)
-            weight = view.weight if view is not None else 1.0
-            usage = view.decayed_usage if view is not None else 0.0
-            if self.tree is not None:  # a department's usage is its subtree's
-                usage = self.tree.usage.get(team, usage)
-            share = self.shares[team] = team_share(usage, self.quota.committed(team, self.name),
-                                                   weight, self.snapshot.half_life_s)
-        return share
-
-    def _share_key(self, team: str) -> float | tuple[float, ...]:
-        """The fair-share part of a team's key. Flat: its share. With a tree (Slurm Fair Tree's
-        order): the shares of its ancestors from the root down, then its own, so siblings
-        compare by their own shares only once their departments tie."""
-        if self.tree is None:
-            return self._share(team)
-        key = self.tree_keys.get(team)
-        if key is None:  # kept until any share changes: most pops in a pass grant nothing
-            key = self.tree_keys[team] = (*(self._share(n) for n in reversed(self.tree.ancestors(team))),
-                                          self._share(team))
-        return key
-
-    def _changed(self, team: str) -> None:
-        """`team`'s allocation changed: its share (and its departments') must be worked out again."""
-        self.shares.pop(team, None)
-        if self.tree is not None:
-            for node in self.tree.ancestors(team):
-                self.shares.pop(node, None)
-            self.tree_keys.clear()  # a department's share is in every key below it
-
-    def _all_changed(self) -> None:
-        """Allocations of several teams changed (a preemption): every share is worked out again."""
-        self.shares.clear()
-        self.tree_keys.clear()
 
     def _tier(self, req: RequestView) -> int:
         return self.quota.tier(req.team, self.name, req.gpus)
@@ -157,34 +120,19 @@ class _FairPass(PoolPass):
 
     def _drain(self, queues: dict[str, list[RequestView]],
                deferred: dict[str, list[RequestView]] | None, tier: int) -> None:
-        """Serve the queues, team by team in fair-share order. In a phase before the last
-        (`deferred` given), a request that would borrow beyond this phase is set aside for a
-        later one; a team's own order (priority, age) holds within each phase. With a tree, a
-        team's key is checked again when it comes out (its departments' shares move with their
-        other teams' grants) and it goes back if it got worse."""
+        """Serve the queues, team by team in fair-share order (fair_order.py). In a phase before
+        the last (`deferred` given), a request that would borrow beyond this phase is set aside
+        for a later one; a team's own order (priority, age) holds within each phase."""
         self.tier = tier
-        heap = [self._key(queue[-1]) for queue in queues.values() if queue]
-        heapq.heapify(heap)
-        while heap:
-            key = heapq.heappop(heap)
-            team = key[-1]
-            queue = queues[team]
-            if self.tree is not None and heap:
-                fresh = self._key(queue[-1])
-                if fresh > key and fresh > heap[0]:
-                    heapq.heappush(heap, fresh)
-                    continue
-            req = queue.pop()
+        for req in self.order.turns(queues):
             if deferred is not None and self._tier(req) > tier:
-                deferred[team].append(req)
+                deferred[req.team].append(req)
             else:
                 groups = self.admitted(req)
                 if groups is not None:
                     self._place(req, groups, (tier, -req.priority))
                 if self.blocks:
                     blocks.settle(self.reservations, self.blocks, req.lease_id)
-            if queue:
-                heapq.heappush(heap, self._key(queue[-1]))
 
     def _block(self, requests: Sequence[RequestView]) -> None:
         """A priority block for the highest-priority request that cannot start now (blocks.py)."""
@@ -228,9 +176,6 @@ class _FairPass(PoolPass):
         self._grant(req, placement)
         return True
 
-    def _key(self, req: RequestView) -> tuple[int, float | tuple[float, ...], float, str, str]:
-        return (-req.priority, self._share_key(req.team), req.created_at, req.lease_id, req.team)
-
     # --- a team at its limit ---------------------------------------------------------------------
 
     def refused(self, req: RequestView, groups: tuple[Group, ...], refusal: Refusal) -> None:
@@ -270,7 +215,7 @@ class _FairPass(PoolPass):
             failed.append((need, req.gpus))
             return False
         stops, waiting, _ = preemption.commit(self.pool, self.quota, req, chosen, "priority")
-        self._all_changed()
+        self.order.all_changed()
         self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, PendingCode.WAITING_PREEMPTION, explain.preempting_own_team(
@@ -360,7 +305,7 @@ class _FairPass(PoolPass):
 
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)
-        self._changed(req.team)
+        self.order.changed(req.team)
         self.possible.clear()
         if self.blocks:
             blocks.settle(self.reservations, self.blocks, req.lease_id)
@@ -406,7 +351,7 @@ class _FairPass(PoolPass):
         if chosen is None:
             return False
         stops, _, reason = preemption.commit(self.pool, self.quota, req, chosen, kind)
-        self._all_changed()  # the requester's and the victims' allocations changed
+        self.order.all_changed()  # the requester's and the victims' allocations changed
         self.possible.clear()
         self.decisions.preemptions.extend(stops)
         self.pending.add(req, _waiting_code(kind, chosen), reason)

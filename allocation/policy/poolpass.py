@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 from allocation.policy import explain
 from allocation.policy.codes import PendingCode
+from allocation.policy.fit_memo import FitMemo
 from allocation.policy.gates import GateContext, Refusal, admit
-from allocation.policy.placement import Exclusions, FitMemo, Group, Placement
+from allocation.policy.placement import Exclusions, Group, Placement
 from allocation.policy.reservations import Holds
 from allocation.policy.state import PassState, PoolState
 from allocation.policy.topo_place import TopologyFits, refused_for_topology

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from allocation.policy.placement import Exclusions, FitMemo, FreeIndex, Group, Placement, _exclusion_key
+from allocation.policy.fit_memo import FitMemo, exclusion_key
+from allocation.policy.placement import Exclusions, FreeIndex, Group, Placement
 from allocation.policy.topology import HOST, NVLINK, TopologyView, effective, largest_island
 from allocation.policy.types import RequestView
 
@@ -43,7 +44,7 @@ class TopologyFits(FitMemo):
         within, required = effective(req.within, req.within_required, req.same_host, self.topology.levels)
         if not within or (within == HOST and req.same_host):
             return super().find(index, req, groups, exclude)
-        shape = (id(groups), req.same_host, within, required, None if exclude is None else _exclusion_key(exclude))
+        shape = (id(groups), req.same_host, within, required, None if exclude is None else exclusion_key(exclude))
         if self.hopeless(shape, req.gpus):
             return None
         placement = self.within(index, req, groups, within, exclude)

@@ -1,25 +1,24 @@
 """Every endpoint × {anonymous, member, member of another team, pool admin}: the status each gets.
+The base case is tests/api/permission_rows.py; the REST resources' rows are here, the leases'
+(and their streams on the ASGI front) in tests/api/test_permission_matrix_leases.py.
 
-One base case configured by class attributes (STYLE #22): a subclass names the method, the path
-(with {lease}, {host}, {gpu}, {quota}, {event} taken from the `world` fixture, and whatever its
-`keys()` adds), a body and the expected status per role. Every error answer must be the JSON error
-body with a code.
-
-The list of rows is checked against what the server really serves (tests/support/api_routes.py:
-the URLconf, the OpenAPI document, the ASGI front), as NetBox checks its API test cases against its
-views: an endpoint without rows fails `test_every_operation_has_permission_rows`, naming it.
+The list of rows (of both modules) is checked against what the server really serves
+(tests/support/api_routes.py: the URLconf, the OpenAPI document, the ASGI front), as NetBox checks
+its API test cases against its views: an endpoint without rows fails
+`test_every_operation_has_permission_rows`, naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from django.urls import resolve
 from django.utils import timezone
 
+from tests.api.permission_rows import ADMIN_ONLY, OWN_TEAM, PUBLIC, EndpointPermissions, rows
+from tests.api.test_permission_matrix_leases import AsgiEndpointPermissions  # and its rows, for the checks below
 from tests.support.api_routes import (
     NOT_IN_SCHEMA,
     api_operations,
@@ -30,50 +29,6 @@ from tests.support.api_routes import (
 )
 
 pytestmark = pytest.mark.django_db
-
-READ = {"anonymous": 401, "member": 200, "other": 200, "admin": 200}
-OWN_TEAM = {"anonymous": 401, "member": 200, "other": 404, "admin": 200}
-ADMIN_ONLY = {"anonymous": 401, "member": 403, "other": 403, "admin": 200}
-PUBLIC = {"anonymous": 200, "member": 200, "other": 200, "admin": 200}
-
-
-class EndpointPermissions:
-    method: ClassVar[str] = "get"
-    path: ClassVar[str] = ""
-    body: ClassVar[dict[str, Any] | None] = None
-    expect: ClassVar[dict[str, int]] = READ
-
-    def keys(self, world: Any) -> dict[str, Any]:
-        """More names for the path, for a row that needs a row of its own (a reservation)."""
-        return {}
-
-    def payload(self, world: Any) -> dict[str, Any] | None:
-        return self.body
-
-    def _call(self, role: str, world: Any, api: Any) -> Any:
-        user = None if role == "anonymous" else getattr(world, role)
-        url = self.path.format(lease=world.lease_id, host=world.host_id, gpu=world.gpu_uuid,
-                               quota=world.quota_id, event=world.event_id, **self.keys(world))
-        client = api(user)
-        call = getattr(client, self.method)
-        response = call(url, self.payload(world), format="json") if self.method != "get" else call(url)
-        assert response.status_code == self.expect[role], (role, url, response.content[:300])
-        if response.status_code >= 400:
-            body = response.json()
-            assert body["code"] and body["message"], body
-        return response
-
-    def test_an_anonymous_caller_gets_the_expected_status(self, world: Any, api: Any) -> None:
-        self._call("anonymous", world, api)
-
-    def test_a_member_of_the_owning_team_gets_the_expected_status(self, world: Any, api: Any) -> None:
-        self._call("member", world, api)
-
-    def test_a_member_of_another_team_gets_the_expected_status(self, world: Any, api: Any) -> None:
-        self._call("other", world, api)
-
-    def test_a_pool_admin_gets_the_expected_status(self, world: Any, api: Any) -> None:
-        self._call("admin", world, api)
 
 
 class TestPoolList(EndpointPermissions):
@@ -156,39 +111,6 @@ class TestPriorityClassList(EndpointPermissions):
 
 class TestPriorityClassDetail(EndpointPermissions):
     path = "/api/v1/priority-classes/high/"
-
-
-class TestLeaseList(EndpointPermissions):
-    path = "/api/v1/leases/"
-
-
-class TestLeaseCreateForTheMembersTeam(EndpointPermissions):
-    method, path = "post", "/api/v1/leases/"
-    body = {"pool": "training", "gpus": 1, "team": "vision"}
-    expect = {"anonymous": 401, "member": 201, "other": 403, "admin": 201}
-
-
-class TestLeaseBatchForTheMembersTeam(EndpointPermissions):
-    # The call is the caller's; each item answers for itself (another team's item: its own 403).
-    method, path = "post", "/api/v1/leases/batch/"
-    body = {"leases": [{"pool": "training", "gpus": 1, "team": "vision"}]}
-    expect = {"anonymous": 401, "member": 200, "other": 200, "admin": 200}
-
-
-class TestLeaseDetail(EndpointPermissions):
-    path, expect = "/api/v1/leases/{lease}/", OWN_TEAM
-
-
-class TestLeaseRenew(EndpointPermissions):
-    method, path, body, expect = "post", "/api/v1/leases/{lease}/renew/", {}, OWN_TEAM
-
-
-class TestLeaseRelease(EndpointPermissions):
-    method, path, body, expect = "post", "/api/v1/leases/{lease}/release/", {}, OWN_TEAM
-
-
-class TestLeaseEvents(EndpointPermissions):
-    path, expect = "/api/v1/leases/{lease}/events/", OWN_TEAM
 
 
 class TestAuditEventList(EndpointPermissions):
@@ -337,149 +259,10 @@ class TestSsoDeviceToken(EndpointPermissions):
     method, path, body, expect = "post", "/api/v1/auth/device/token/", {"device_code": "x"}, SSO_OFF
 
 
-class TestLeaseEventStreamThroughDjango(EndpointPermissions):
-    """The stream is the ASGI front's (pool.asgi, the rows below); Django, reached without it (a
-    WSGI-only server), authenticates and then says it does not serve it."""
-
-    path = "/api/v1/leases/events/"
-    expect = {"anonymous": 401, "member": 404, "other": 404, "admin": 404}
-
-
-class TestLeaseLogsThroughDjango(EndpointPermissions):
-    """The ASGI front streams it (the row below); a WSGI-only server streams it from Django. The
-    world's lease has no workload: a 409 `no_workload` for those who may see it."""
-
-    path = "/api/v1/leases/{lease}/logs/"
-    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
-
-
-class TestLeaseExecThroughDjango(EndpointPermissions):
-    """A websocket on the ASGI front (the row below); Django makes the same checks, then answers 426.
-    The world's lease has no workload: a 409 `no_workload` for those who may see it."""
-
-    path = "/api/v1/leases/{lease}/exec/?command=true"
-    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
-
-
-class TestLeaseShellKeys(EndpointPermissions):
-    path, expect = "/api/v1/leases/{lease}/ssh-keys/", OWN_TEAM
-
-
-class TestLeaseShellKeyAdd(EndpointPermissions):
-    """The world's lease has no binding: a 409 `no_shell` for those who may see it."""
-
-    method, path = "post", "/api/v1/leases/{lease}/ssh-keys/"
-    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
-
-    def payload(self, world: Any) -> dict[str, Any] | None:
-        from tests.support.sshd import sample_public_key
-
-        return {"public_key": sample_public_key()}
-
-
-class TestLeaseShellKeyRemove(EndpointPermissions):
-    method, path = "delete", "/api/v1/leases/{lease}/ssh-keys/{key}/"
-    expect = {"anonymous": 401, "member": 204, "other": 404, "admin": 204}
-
-    def keys(self, world: Any) -> dict[str, Any]:
-        from allocation.models import LeaseShellKey
-
-        row, _ = LeaseShellKey.objects.get_or_create(lease_id=world.lease_id, fingerprint="SHA256:x",
-                                                     key_type="ssh-ed25519")
-        return {"key": row.pk}
-
-
-# --- the ASGI front: what pool.asgi answers itself, over the production web server -----------------
-@pytest.fixture(scope="module")
-def asgi_server(django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: Any) -> Iterator[str]:
-    from tests.support.processes import web_server
-
-    with django_db_blocker.unblock(), web_server(tmp_path_factory.mktemp("web") / "web.log") as url:
-        yield url
-
-
-class AsgiEndpointPermissions(EndpointPermissions):
-    """A row answered by the ASGI front before Django (the long poll, the event stream): called over
-    HTTP on gunicorn + uvicorn, so the world's rows are committed (transactional_db)."""
-
-    pytestmark = pytest.mark.slow
-    server: str = ""
-
-    @pytest.fixture(autouse=True)
-    def _on_the_web_server(self, asgi_server: str, transactional_db: Any) -> None:
-        self.server = asgi_server
-
-    def _call(self, role: str, world: Any, api: Any) -> Any:
-        import requests
-
-        from tests.support.tokens import api_key
-
-        user = None if role == "anonymous" else getattr(world, role)
-        headers = {"Authorization": f"Token {api_key(user)}"} if user is not None else {}
-        url = self.path.format(lease=world.lease_id, **self.keys(world))
-        response = requests.get(self.server + url, headers=headers, timeout=30)
-        assert response.status_code == self.expect[role], (role, url, response.text[:300])
-        if response.status_code >= 400:
-            body = response.json()
-            assert body["code"] and body["message"], body
-        return response
-
-
-class TestLeaseLongPollOnAsgi(AsgiEndpointPermissions):
-    path, expect = "/api/v1/leases/{lease}/?wait=0.2", OWN_TEAM
-
-
-class TestLeaseEventStreamOnAsgi(AsgiEndpointPermissions):
-    path = "/api/v1/leases/events/?timeout=0.2"  # every caller: each sees its own teams' leases
-
-
-class TestLeaseEventStreamOfOneTeamOnAsgi(AsgiEndpointPermissions):
-    path = "/api/v1/leases/events/?team=vision&timeout=0.2"
-    expect = {"anonymous": 401, "member": 200, "other": 403, "admin": 200}
-
-
-class TestLeaseLogsOnAsgi(AsgiEndpointPermissions):
-    path = "/api/v1/leases/{lease}/logs/?tail=5"
-    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
-
-
-class TestLeaseExecOnAsgi(AsgiEndpointPermissions):
-    """The exec websocket: a refusal comes before the upgrade, as the API's error answer."""
-
-    path = "/api/v1/leases/{lease}/exec/?command=true"
-    expect = {"anonymous": 401, "member": 409, "other": 404, "admin": 409}
-
-    def _call(self, role: str, world: Any, api: Any) -> Any:
-        import json
-
-        import websocket
-
-        from tests.support.tokens import api_key
-
-        user = None if role == "anonymous" else getattr(world, role)
-        headers = [f"Authorization: Token {api_key(user)}"] if user is not None else []
-        url = self.server.replace("http://", "ws://") + self.path.format(lease=world.lease_id)
-        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
-            websocket.create_connection(url, header=headers, timeout=30)
-        assert refused.value.status_code == self.expect[role], (role, url, refused.value.resp_body)
-        body = json.loads(refused.value.resp_body or b"{}")
-        assert body["code"] and body["message"], body
-
-
 # --- the list of rows is the server's list of operations ----------------------------------------
-def _rows() -> list[type[EndpointPermissions]]:
-    found, todo = [], list(EndpointPermissions.__subclasses__())
-    while todo:
-        row = todo.pop()
-        todo.extend(row.__subclasses__())
-        if row.path:
-            found.append(row)
-    return found
-
-
 def _covered(templates: set[str]) -> dict[tuple[str, str], list[str]]:
     covered: dict[tuple[str, str], list[str]] = {}
-    for row in _rows():
+    for row in rows():
         template = template_of(row.path, templates)
         if template is not None:
             covered.setdefault((row.method, template), []).append(row.__name__)
@@ -491,20 +274,20 @@ def test_every_operation_has_permission_rows(schema: dict[str, Any]) -> None:
     covered = _covered({path for _, path in operations})
     missing = sorted(f"{method.upper()} {path}" for method, path in operations - covered.keys())
     assert not missing, f"no permission rows for {missing}: add a subclass of EndpointPermissions " \
-                        "(tests/api/test_permission_matrix.py) with what each role gets"
+                        "(tests/api/test_permission_matrix*.py) with what each role gets"
 
 
 def test_every_api_route_has_permission_rows() -> None:
     """Route by route as Django resolves them (catches a view left out of the OpenAPI document)."""
     routed = {resolve(row.path.split("?")[0].format(lease="0", host="0", gpu="0", quota="0", event="0",
                                                    reservation="0", subscription="0", delivery="0", key="0")).route
-              for row in _rows()}
+              for row in rows()}
     missing = sorted(r.template for r in api_routes() if r.route not in routed)
     assert not missing, f"no permission rows for the routes {missing}"
 
 
 def test_every_path_of_the_asgi_front_has_permission_rows() -> None:
-    on_asgi = [row.path.split("?")[0].format(lease="0") for row in _rows()
+    on_asgi = [row.path.split("?")[0].format(lease="0") for row in rows()
                if issubclass(row, AsgiEndpointPermissions)]
     missing = sorted(name for name, pattern in asgi_routes().items()
                      if not any(pattern.match(path) for path in on_asgi))
@@ -513,7 +296,7 @@ def test_every_path_of_the_asgi_front_has_permission_rows() -> None:
 
 def test_every_row_names_an_operation_that_is_served(schema: dict[str, Any]) -> None:
     operations = schema_operations(schema) | api_operations()
-    stale = [row.__name__ for row in _rows()
+    stale = [row.__name__ for row in rows()
              if (row.method, template_of(row.path, {p for _, p in operations})) not in operations]
     assert not stale, f"rows for operations the server does not serve: {stale}"
     # The routes said to be outside the document really are (else that list is stale).
