@@ -50,14 +50,15 @@ _END = frozenset(END_STATES)
 
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
 # physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
-# always share their parent's pool), or held by a lease of another pool), and their
+# always share their parent's pool), or held by a lease of another pool: probed per GPU through
+# the index of active links, so the cost is the pool's size, not the lease history's), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
 GPU_SQL = """
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
        g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
-        OR g.id IN (SELECT lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
-                    WHERE lg.active AND l.pool_id <> %(pool)s)),
+        OR EXISTS (SELECT 1 FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
+                   WHERE lg.gpu_id = g.id AND lg.active AND l.pool_id <> %(pool)s)),
        g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
 """
