@@ -115,15 +115,17 @@ def test_a_followed_log_passes_each_line_on_as_it_is_written(lab: dict[str, Any]
 
 def _readers_on_host(log: Path) -> list[int]:
     """The follow loops of the log script reading `log`: `/bin/sh -s` with it open as fd 3 (its
-    children, `sleep` or `cat`, inherit the descriptor: they are left out)."""
-    found = []
+    children, `sleep` or `cat`, inherit the descriptor: they are left out, and so is a loop's own
+    fork in the instant before it becomes one of them, still `/bin/sh -s` by its command line)."""
+    found: dict[int, int] = {}  # pid -> parent pid
     for fd in Path("/proc").glob("[0-9]*/fd/3"):
         try:
             if fd.readlink() == log and (fd.parents[1] / "cmdline").read_bytes() == b"/bin/sh\0-s\0":
-                found.append(int(fd.parts[2]))
+                stat = (fd.parents[1] / "stat").read_text()
+                found[int(fd.parts[2])] = int(stat.rpartition(")")[2].split()[1])
         except OSError:
             continue
-    return found
+    return sorted(pid for pid, parent in found.items() if parent not in found)
 
 
 @pytest.mark.sshd
@@ -137,7 +139,7 @@ def test_a_client_that_leaves_ends_the_reader_on_the_host_and_frees_its_place(la
         chunks = response.iter_content(chunk_size=None)
         assert next(chunks) == b"ready\n"
         open_streams.append((response, chunks))  # a reader left to the garbage collector closes its answer
-    assert len(wait_for(lambda: len(_readers_on_host(log)) == PER_USER and _readers_on_host(log))) == PER_USER
+    assert len(wait_for(lambda: len(readers := _readers_on_host(log)) == PER_USER and readers)) == PER_USER
     over = lab["alice"].get(url, timeout=30)
     assert (over.status_code, over.json()["code"]) == (429, "too_many_log_streams") and over.headers["Retry-After"]
     # Open streams hold no request thread: the API answers at once meanwhile.
