@@ -14,7 +14,8 @@ Served (the subset gpupool uses):
     GET  /api/v1/namespaces/{ns}/pods/{name}/log      (streamed: `tests.support.kube_logs`)
     GET  /api/v1/namespaces/{ns}/pods/{name}/exec     (a websocket: `tests.support.kube_exec`)
     GET  /api/v1/namespaces/{ns}/events
-and Dynamic Resource Allocation's ResourceSlices and ResourceClaims (`tests.support.kube_dra`).
+and Dynamic Resource Allocation's ResourceSlices and ResourceClaims (`tests.support.kube_dra`); field
+and label selectors are matched as the API server does (`tests.support.kube_selectors`).
 Errors come back as `kind: Status` bodies with the API server's wording (404 NotFound, 409
 AlreadyExists, 400 BadRequest). Deletion is immediate; the grace period asked for is recorded, and
 a `preconditions.uid` in the delete's body is honoured (409 Conflict when the pod's uid differs).
@@ -38,6 +39,7 @@ from tests.support.kube_dra import api_status as _status
 from tests.support.kube_dra import not_found as _not_found
 from tests.support.kube_exec import PodExecRoutes
 from tests.support.kube_logs import PodLogRoutes
+from tests.support.kube_selectors import field_value, label_value, selected
 from tests.support.loopback import LoopbackServer
 
 
@@ -313,9 +315,9 @@ class KubeApiServer(DraRoutes, PodLogRoutes, PodExecRoutes, LoopbackServer):
         self, kind: str, items: list[dict[str, Any]], query: dict[str, str], api_version: str = "v1"
     ) -> dict[str, Any]:
         if self.honour_field_selectors and query.get("fieldSelector"):
-            items = [i for i in items if _selected(i, query["fieldSelector"], _field)]
+            items = [i for i in items if selected(i, query["fieldSelector"], field_value)]
         if query.get("labelSelector"):
-            items = [i for i in items if _selected(i, query["labelSelector"], _label)]
+            items = [i for i in items if selected(i, query["labelSelector"], label_value)]
         items = sorted(
             items, key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"])
         )
@@ -377,32 +379,3 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _field(obj: dict[str, Any], path: str) -> str:
-    value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "" if value is None else str(value)
-
-
-def _label(obj: dict[str, Any], key: str) -> str | None:
-    return (obj.get("metadata", {}).get("labels") or {}).get(key)
-
-
-def _selected(obj: dict[str, Any], selector: str, getter: Any) -> bool:
-    for term in filter(None, (t.strip() for t in selector.split(","))):
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            if getter(obj, key) == value:
-                return False
-        elif "=" in term:
-            key, value = term.split("=", 1)
-            if getter(obj, key.rstrip("=")) != value:
-                return False
-        elif term.startswith("!"):
-            if getter(obj, term[1:]) is not None:
-                return False
-        elif getter(obj, term) is None:
-            return False
-    return True
