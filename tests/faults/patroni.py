@@ -23,13 +23,13 @@ Settings, and why:
 - `max_connections: 400` as the single-server stack has (web, workers, load, sampler).
 
 Data is owned by the `postgres` user when the suite runs as root (PostgreSQL refuses root; see
-tests.faults.servers). Every wait has a deadline; a missing binary is a pytest skip naming it.
+tests.faults.servers). Every wait has a deadline; a missing binary is a pytest skip naming it
+(tests.faults.patroni_tools says what this machine lacks).
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import shutil
@@ -46,40 +46,12 @@ import yaml
 
 from stacktools.processes import children_of, command_line, is_alive
 from stacktools.ready import free_port, wait_until
+from tests.faults.patroni_tools import missing_reason, postgres_15_bin
 from tests.faults.servers import _as_postgres
 
 SCOPE = "gpupool-faults"
 TTL_S, LOOP_WAIT_S, RETRY_TIMEOUT_S = 10, 1, 4
 START_TIMEOUT_S = 90
-TOOLS = ("initdb", "postgres", "pg_basebackup", "pg_rewind")
-
-
-def _postgres_15_bin() -> Path | None:
-    """The newest distribution PostgreSQL with every tool Patroni runs (Patroni 3.0: up to 15)."""
-    for folder in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[4]), reverse=True):
-        if int(folder.split("/")[4]) <= 15 and all(os.access(f"{folder}/{t}", os.X_OK) for t in TOOLS):
-            return Path(folder)
-    return None
-
-
-def missing_reason() -> str | None:
-    """Why this machine cannot run a Patroni cluster (None when it can)."""
-    absent = [name for name in ("patroni", "patronictl", "etcd") if shutil.which(name) is None]
-    if absent:
-        return f"{', '.join(absent)} not installed (apt-get install patroni etcd-server)"
-    if _postgres_15_bin() is None:
-        return ("no PostgreSQL ≤ 15 with initdb, pg_basebackup and pg_rewind under /usr/lib/postgresql "
-                "(apt-get install postgresql)")
-    if os.geteuid() == 0 and not _has_postgres_user():
-        return "running as root and no `postgres` user to run the cluster as"
-    return None
-
-
-def _has_postgres_user() -> bool:
-    try:
-        return _as_postgres() is not None
-    except AssertionError:
-        return False
 
 
 @dataclass
@@ -114,7 +86,7 @@ class PatroniCluster:
     def __init__(self, members: int = 3) -> None:
         reason = missing_reason()
         assert reason is None, reason
-        self.bin = _postgres_15_bin()
+        self.bin = postgres_15_bin()
         self.root = Path(tempfile.mkdtemp(prefix="gpupool-faults-patroni-"))
         self.user = _as_postgres()
         self.log = self.root / "cluster.log"  # written by `stop`: etcd's and every member's log

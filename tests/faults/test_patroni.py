@@ -48,7 +48,7 @@ from tests.faults.failover import (
 )
 from tests.faults.invariants import final_check
 from tests.faults.patroni import PatroniCluster
-from tests.faults.patroni import missing_reason as patroni_missing
+from tests.faults.patroni_tools import missing_reason as patroni_missing
 from tests.faults.scenario import FULL, begin, config, errors_outside, record_load, settle_and_check, users
 from tests.faults.servers import missing_reason as stack_missing
 from tests.faults.stack import Stack
