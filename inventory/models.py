@@ -143,8 +143,10 @@ class Gpu(models.Model):
     foreign = models.BooleanField(default=False)
     leased = models.BooleanField(default=False)
     gone = models.BooleanField(default=False, help_text="No longer reported by its source.")
-    state = models.CharField(max_length=16, choices=GpuState.choices, default=GpuState.FREE,
-                             db_index=True)
+    # Not indexed, on purpose: every grant and release rewrites `state` and `leased`, and with
+    # neither in an index those updates are HOT (heap-only: no new entry in the table's indexes,
+    # the old version pruned by the next visit to the page). Lists filter by pool or host first.
+    state = models.CharField(max_length=16, choices=GpuState.choices, default=GpuState.FREE)
     utilization_pct = models.FloatField(null=True, blank=True)
     memory_used_mb = models.PositiveIntegerField(null=True, blank=True)
     temperature_c = models.FloatField(null=True, blank=True)
@@ -154,7 +156,6 @@ class Gpu(models.Model):
     class Meta:
         verbose_name = "GPU"
         ordering = ["host__name", "index", "uuid"]
-        indexes = [models.Index(fields=["pool", "state"])]
         constraints = [
             models.CheckConstraint(condition=Q(shared_replicas__gte=1), name="gpu_replicas_positive"),
         ]

@@ -32,9 +32,11 @@ ACTOR = "system:scheduler"
 # Queue explanations beyond the head of a pool's queue are rewritten at most once per interval
 # (per pool, per worker process): a grant shifts every position behind it, so rewriting them all
 # on every pass would cost O(queue) writes per pass. The head and every new lease's first
-# explanation are always written at once.
+# explanation are always written at once. Every 10 s: at 2 s, the Kueue baseline (a pass a second
+# a pool, 20 grants a pass) rewrote 765 explanations a pass where the head is 100: the tail had
+# always moved by more than the slack, and a third of a pass's database time went to it.
 EXPLAIN_HEAD = 100
-EXPLAIN_TAIL_INTERVAL_S = 2.0
+EXPLAIN_TAIL_INTERVAL_S = 10.0
 # Behind the head, a position or an estimated start that moved by less than 1% (of the position; of
 # the time left to the start, and at least a minute) is not rewritten: place 30,000 against 29,996
 # tells a user nothing, and a pass that grants a few leases would otherwise rewrite the whole queue

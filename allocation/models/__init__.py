@@ -125,12 +125,11 @@ class PriorityClass(IdleReclaimFields):
 
 class Lease(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.PENDING,
-                             db_index=True)
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="leases")
+    state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.PENDING)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="leases", db_index=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                              related_name="leases")
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="leases")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="leases", db_index=False)
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT,
                                        related_name="leases")
     gpu_count = models.PositiveIntegerField()
@@ -181,7 +180,9 @@ class Lease(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Each is written at every insert and state change: none repeats another's lead (0019).
         indexes = [models.Index(fields=["pool", "state"]), models.Index(fields=["team", "state"]),
+                   models.Index(fields=["state"], name="lease_state"),
                    # A team's queue in a pool, as the queue caps count it at every lease request
                    # (allocation.services.queue_caps): an index-only scan of that queue alone.
                    models.Index(fields=["pool", "team"], include=["gpu_count"], condition=Q(state="pending"),
@@ -265,7 +266,7 @@ class LeaseGpu(models.Model):
     """The lease↔GPU link. `active` stays true while the lease holds the GPU; the partial unique
     constraint makes the database itself refuse a GPU in two active leases."""
 
-    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="gpu_links")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="gpu_links", db_index=False)
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="lease_links")
     active = models.BooleanField(default=True)
     # Allocated but idle (allocation.services.idle_gpus, each idle check): the GPU's run of

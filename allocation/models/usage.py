@@ -23,7 +23,7 @@ class LeaseUsage(models.Model):
     lease's, copied so the report and the budgets filter on this table's own indexes."""
 
     lease = models.ForeignKey("allocation.Lease", on_delete=models.CASCADE, related_name="usage")
-    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="usage")
+    team = models.ForeignKey("allocation.Team", on_delete=models.CASCADE, related_name="usage", db_index=False)
     pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="usage")
     model = models.CharField(max_length=128, blank=True, default="")
     gpu_equiv = models.FloatField()

@@ -60,8 +60,11 @@ def queue_guard(*, pool_id: int, team_id: int, gpus: int, caps: QueueCaps) -> Qu
         return None
     leases = caps.pending_leases_per_team if caps.pending_leases_per_team is not None else _NO_CAP
     most_gpus = caps.pending_gpus_per_team if caps.pending_gpus_per_team is not None else _NO_CAP
+    # The state is written out, not a parameter: the statement is prepared, and a generic plan
+    # can use the partial index of pending leases (lease_pending_queue) only when its predicate
+    # is in the text (with a parameter, a create read 1.7x the pages through (pool, state)).
     queue = (f"SELECT count(*) AS leases, COALESCE(sum(gpu_count), 0) AS gpus FROM {Lease._meta.db_table} "
-             "WHERE pool_id = %s AND team_id = %s AND state = %s", [pool_id, team_id, LeaseState.PENDING.value])
+             f"WHERE pool_id = %s AND team_id = %s AND state = '{LeaseState.PENDING.value}'", [pool_id, team_id])
     # The SQL twin of admission.queue_full: one more lease, and its GPUs, within the caps.
     room = ("SELECT 1 FROM queue WHERE leases + 1 <= %s AND gpus + %s <= %s", [leases, gpus, most_gpus])
     return QueueGuard(("SELECT pg_advisory_xact_lock(%s)", [advisory_key(QUEUE_LOCKS, pool_id, team_id)]),
