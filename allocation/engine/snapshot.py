@@ -1,9 +1,10 @@
 """One pool's state for a pass, read in a fixed number of lean queries.
 
-Five raw-cursor queries carry the rows that grow with the fleet: the pool's GPUs (with whether
+Six raw-cursor queries carry the rows that grow with the fleet: the pool's GPUs (with whether
 each is unavailable here: a MIG parent, or held by a lease of another pool) and their hosts, the
 active GPU links of its leases and those leases, and its pending leases with their current
-explanation. They return plain tuples, never model instances (ids as text, times as epoch
+explanation (their row versions first; then whole only those not read at that version by this
+process's last pass of the pool). They return plain tuples, never model instances (ids as text, times as epoch
 seconds). Teams (with the
 fair-share ledger), quotas, priority classes, the scheduler settings (global and the pool's own)
 and the advance reservations not yet ended take seven small queries.
@@ -90,6 +91,16 @@ JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
 WHERE {where}
 """
 
+# The pool's pending leases, each with its row version (the transaction that wrote it, and where:
+# two versions written by one transaction are at two places, so the pair tells any two apart, in
+# tests run in one transaction too): the narrow read of every pass. Only those whose version
+# differs from the one this process read before are read whole (PENDING_SQL, by id), so a pass
+# over a queue of thousands, where a pass changes the first hundred explanations and a few leases
+# come and go, reads those few.
+PENDING_VERSIONS_SQL = f"""
+SELECT l.id::text, l.xmin::text || l.ctid::text FROM allocation_lease l
+WHERE l.pool_id = %(pool)s AND l.state = '{LeaseState.PENDING.value}'
+"""
 # The selector is NULL for none: most leases have none, and a NULL costs no JSON decoding.
 PENDING_SQL = """
 SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s,
@@ -97,12 +108,12 @@ SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
        l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.pending_code, l.reason, l.queue_position,
        l.estimated_start, l.binding_kind, NULLIF(l.selector, '{}'::jsonb),
-       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required'
+       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required',
+       l.xmin::text || l.ctid::text
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
-WHERE l.pool_id = %(pool)s AND l.state = %(pending)s
-ORDER BY l.created_at DESC, l.id
+WHERE l.id = ANY(%(ids)s::uuid[]) AND l.state = %(pending)s
 """
 
 QUOTA_SQL = """
@@ -165,6 +176,7 @@ class _Memo:
     running: dict[str, tuple[tuple[Any, ...], RunningView]] = field(default_factory=dict)
     pending: dict[str, tuple[tuple[Any, ...], RequestView]] = field(default_factory=dict)
     tags: dict[int, frozenset[str]] = field(default_factory=dict)
+    pending_rows: dict[str, tuple[str, PendingRow]] = field(default_factory=dict)  # by lease id: (version, row)
 
 
 _MEMOS: dict[int, _Memo] = {}
@@ -206,9 +218,22 @@ def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
     return out
 
 
-def _pending_rows(pool_id: int) -> list[PendingRow]:
-    rows = _read(PENDING_SQL, {"pool": pool_id, "pending": LeaseState.PENDING.value})
-    return [PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))) for r in rows]
+def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]]) -> dict[str, tuple[str, PendingRow]]:
+    """Every pending lease of the pool, newest first, with its row version: those `known` at the
+    same version as they were, the others read whole (one query; none when nothing changed). A
+    lease that stops pending between the two reads is left out, as if the first had not seen it."""
+    rows: dict[str, tuple[str, PendingRow]] = {}
+    stale = []
+    for lease_id, version in _read(PENDING_VERSIONS_SQL, {"pool": pool_id}):
+        hit = known.get(lease_id)
+        if hit is not None and hit[0] == version:
+            rows[lease_id] = hit
+        else:
+            stale.append(lease_id)
+    if stale:
+        for r in _read(PENDING_SQL, {"ids": stale, "pending": LeaseState.PENDING.value}):
+            rows[r[0]] = (r[23], PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))))
+    return dict(sorted(rows.items(), key=lambda item: (-item[1][1].created_at, item[0])))
 
 
 def _json(value: Any) -> Any:
@@ -301,7 +326,8 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    pending_rows = {r.lease_id: r for r in _pending_rows(pool.pk)}
+    versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {})
+    pending_rows = {lease_id: row for lease_id, (_, row) in versioned.items()}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
     if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows and tags == memo.tags:
         gpus, meter = memo.gpus, memo.meter
@@ -330,7 +356,8 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
         pending_views[r.lease_id] = seen
 
     with _MEMO_LOCK:
-        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views, tags)
+        _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views, tags,
+                                versioned)
 
     quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
               for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}

@@ -174,3 +174,34 @@ def test_views_are_reused_while_their_rows_are_unchanged(mixed_pool) -> None:
     changed = [r for r in third.running if r.lease_id == renewed.lease_id]
     assert changed[0] is not renewed and (changed[0].expected_end or 0) > (renewed.expected_end or 0)
     assert all(a is b for a, b in zip(first.running, third.running, strict=True) if a.lease_id != renewed.lease_id)
+
+
+def test_a_pass_reads_whole_only_the_pending_leases_that_changed(mixed_pool, leases) -> None:
+    """Every pass reads each pending lease's row version; whole, only those new or changed since
+    the last read in this process. Changes made in the same transaction (as in this test) count."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    first = read_pool(mixed_pool, timezone.now())
+    grown, dropped, kept = sorted(first.pending)
+    Lease.objects.filter(pk=grown).update(gpu_count=5)
+    Lease.objects.filter(pk=dropped).update(state="failed", ended_at=timezone.now())
+    [new] = leases(mixed_pool, 1, gpus=1)
+    with CaptureQueriesContext(connection) as queries:
+        second = read_pool(mixed_pool, timezone.now())
+    assert {p.lease_id: p for p in second.snapshot.pending} == reference(mixed_pool)[2]
+    assert sorted(second.pending) == sorted([grown, kept, str(new.pk)])
+    assert second.pending[grown].gpus == 5 and second.pending[kept] is first.pending[kept]
+    whole = _whole_reads(queries.captured_queries)
+    assert len(whole) == 1 and grown in whole[0] and str(new.pk) in whole[0] and kept not in whole[0]
+    # Newest first, as the policy's tie-breaks expect.
+    created = [row.created_at for row in second.pending.values()]
+    assert created == sorted(created, reverse=True)
+
+    with CaptureQueriesContext(connection) as queries:
+        read_pool(mixed_pool, timezone.now())
+    assert _whole_reads(queries.captured_queries) == []  # nothing changed: nothing read whole
+
+
+def _whole_reads(queries: list[dict]) -> list[str]:
+    return [q["sql"] for q in queries if "ANY(" in q["sql"] and "pc.min_runtime_s" in q["sql"]]
