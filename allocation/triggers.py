@@ -56,8 +56,9 @@ def _queue_pass(pool_id: int | None) -> None:
 
 
 def want_pass(pool_id: int | None) -> None:
-    """Record that `pool_id` (None: every pool) wants a pass: one row per pool, an upsert, in its
-    own savepoint. A database that fails too is logged: the periodic pass remains."""
+    """Record that `pool_id` (None: every pool) wants a pass: a row a wish (never waiting on a
+    pass claiming the pool's earlier ones, allocation.models.wanted), in its own savepoint. A
+    database that fails too is logged: the periodic pass remains."""
     from allocation.models import PassWanted
     from inventory.models import Pool
 
@@ -66,7 +67,7 @@ def want_pass(pool_id: int | None) -> None:
         f"SELECT id, now() FROM {connection.ops.quote_name(Pool._meta.db_table)}", [])
     try:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(f"INSERT INTO {table} (pool_id, wanted_at) {rows} ON CONFLICT (pool_id) DO NOTHING", params)
+            cur.execute(f"INSERT INTO {table} (pool_id, wanted_at) {rows}", params)
     except DatabaseError:
         logger.warning("could not record the pass wanted for pool %s; the periodic pass will run it", pool_id,
                        exc_info=True)

@@ -132,17 +132,17 @@ def run_wanted_passes() -> list[PassReport]:
     """Run the passes recorded as wanted while the broker could not take their trigger
     (`allocation.triggers.want_pass`), one per pool; usually none (one read of an empty table).
 
-    Each pool's row is claimed in the transaction of its pass (a worker running the same claims
-    skips it), so a pass that fails leaves its row for the next call, and a pass that commits
-    took it away with it."""
+    Each pool's wishes are claimed in the transaction of its pass (a worker running the same
+    claims skips them), so a pass that fails leaves them for the next call, and a pass that
+    commits took them away with it."""
     table = connection.ops.quote_name(PassWanted._meta.db_table)
     with connection.cursor() as cur:
-        cur.execute(f"SELECT pool_id FROM {table} ORDER BY pool_id")
+        cur.execute(f"SELECT DISTINCT pool_id FROM {table} ORDER BY pool_id")
         wanted = [int(row[0]) for row in cur.fetchall()]
     reports = []
     for pool_id in wanted:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(f"DELETE FROM {table} WHERE pool_id = (SELECT pool_id FROM {table} WHERE pool_id = %s "
+            cur.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE pool_id = %s "
                         "FOR UPDATE SKIP LOCKED) RETURNING pool_id", [pool_id])
             if cur.fetchone() is not None:
                 reports += run_pass([pool_id])

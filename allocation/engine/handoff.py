@@ -11,12 +11,11 @@ reservation write) is run by the catch-up task within a second (`run_wanted_pass
 
 So a scheduler process never waits for another one's pass to take the pool's lock: it goes on to
 the next pool in its queue, and no trigger is lost (tests/allocation/test_parallel_passes.py).
-One wait remains: when the holder has already claimed the pool's row, recording the wish
-(`INSERT … ON CONFLICT DO NOTHING`) waits until the holder commits, since the conflict depends on
-whether the claim's delete commits (33 ms a wish on average in bench_kueue_baseline, where 435
-wishes against 15,000 leases were recorded so). Removing it needs a wish that does not conflict
-with a claim (a wish per request, claimed by range), not a time-out: a wish dropped by a time-out
-while the holder's claim commits would be lost.
+Nor does it wait to record its wish: a wish is a row of its own (allocation.models.wanted), so
+inserting it never conflicts with the holder's claim of the earlier ones. With one row per pool,
+upserted, it did: the conflict depended on whether the claim's delete would commit, and the
+insert waited for the holder's commit (33 ms a wish in bench_kueue_baseline, where 435 wishes
+against 15,000 leases were recorded so).
 """
 
 from __future__ import annotations
@@ -31,18 +30,18 @@ def _table() -> str:
 
 
 def claim(pool_id: int) -> None:
-    """In the pass's transaction, lock held: take the pool's row, if any, with the pass (it
-    comes back if the pass rolls back). A row the catch-up is claiming is left to it (SKIP
+    """In the pass's transaction, lock held: take the pool's wishes, if any, with the pass (they
+    come back if the pass rolls back). A wish the catch-up is claiming is left to it (SKIP
     LOCKED: waiting on it while holding the pool's lock could deadlock with that catch-up, which
     waits for the lock)."""
     table = _table()
     with connection.cursor() as cur:
-        cur.execute(f"DELETE FROM {table} WHERE pool_id = (SELECT pool_id FROM {table} WHERE pool_id = %s "
+        cur.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE pool_id = %s "
                     "FOR UPDATE SKIP LOCKED)", [pool_id])
 
 
 def wanted(pool_id: int) -> bool:
     """After a pass's commit: whether a pass of the pool was wished for while it ran."""
     with connection.cursor() as cur:
-        cur.execute(f"SELECT 1 FROM {_table()} WHERE pool_id = %s", [pool_id])
+        cur.execute(f"SELECT 1 FROM {_table()} WHERE pool_id = %s LIMIT 1", [pool_id])
         return cur.fetchone() is not None

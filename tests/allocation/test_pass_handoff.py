@@ -47,6 +47,34 @@ def test_a_busy_pool_is_handed_over_and_its_wish_kept_for_the_holder(fleet: Any,
     assert not PassWanted.objects.exists()
 
 
+def test_a_wish_made_while_a_pass_claims_the_earlier_ones_does_not_wait(fleet: Any, leases: Any) -> None:
+    """A pass has claimed the pool's wishes and not yet committed; a wish made meanwhile is
+    recorded at once (it used to wait for that commit), and is there for the holder's look after
+    its commit."""
+    pool = fleet(hosts=1)
+    leases(pool, 1)
+    PassWanted.objects.all().delete()
+    want_pass(pool.pk)
+    other = psycopg2.connect(processes.test_database_url())  # the holder, in the middle of its pass
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(POOL_LOCKS, pool.pk)])
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', '2000', false)")
+        with other.cursor() as cur:
+            cur.execute(f"DELETE FROM allocation_passwanted WHERE id IN (SELECT id FROM allocation_passwanted "
+                        f"WHERE pool_id = {pool.pk} FOR UPDATE SKIP LOCKED)")  # handoff.claim
+            assert cur.rowcount == 1
+        want_pass(pool.pk)  # a wait here would end at the time-out, and the wish with it
+        assert PassWanted.objects.filter(pool=pool).count() == 2  # ours, and the claimed one until it commits
+        other.commit()
+    finally:
+        other.close()
+        with connection.cursor() as cur:
+            cur.execute("SELECT set_config('statement_timeout', '0', false)")
+    assert list(PassWanted.objects.values_list("pool_id", flat=True)) == [pool.pk]
+
+
 def test_a_handed_over_pass_claims_the_wish_it_serves(fleet: Any, leases: Any) -> None:
     pool = fleet(hosts=1)
     lease, = leases(pool, 1)

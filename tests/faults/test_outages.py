@@ -50,7 +50,7 @@ def _passes_wanted(stack: Stack) -> int:
     conn = psycopg2.connect(stack.pg.url())
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM allocation_passwanted")
+            cur.execute("SELECT COUNT(DISTINCT pool_id) FROM allocation_passwanted")
             row = cur.fetchone()
             return int(row[0]) if row else 0
     finally:
