@@ -171,7 +171,7 @@ class AuditEventAdmin(ReadOnlyAccess, admin.ModelAdmin[AuditEvent]):
 class UsageLedgerAdmin(ReadOnlyAccess, admin.ModelAdmin[UsageLedger]):
     """Rebuilt from lease rows by `manage.py rebuild_ledger`; never edited by hand."""
 
-    list_display = ["team", "closed_gpu_hours", "as_of"]
+    list_display = ["team", "stripe", "closed_gpu_hours", "as_of"]
     list_select_related = ["team"]
     search_fields = ["team__name"]
 

@@ -132,7 +132,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
     event, hold = _end(lease, target, actor=actor, reason=reason, now=now, keep_gpus=keep_gpus,
                        workload_gone=workload_gone)
     from allocation.economy.metering import meter_close_sql
-    from allocation.ledger import ledger_close_sql
+    from allocation.ledger import ledger_close_sql, ledger_stripe
 
     if not hold:
         lease.ending_since = None  # what lease_free_gpus writes, here with the row itself
@@ -141,7 +141,8 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
         ctes.append(outbox_cte(change_of(lease)))
     if lease.granted_at is not None:
         ctes.append(("ledger", ledger_close_sql(team_id=lease.team_id, gpus=lease.gpu_count,
-                                                granted_at=lease.granted_at, ended_at=now)))
+                                                granted_at=lease.granted_at, ended_at=now,
+                                                stripe=ledger_stripe(lease.pk))))
         ctes.append(("meter", meter_close_sql(lease.pk, now)))
     if not hold:
         ctes += _free_gpus_ctes([lease.pk], clear_ending=False)

@@ -10,6 +10,7 @@ of a lease), held equal to the policy by a property test.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
@@ -22,46 +23,56 @@ from allocation.policy import fairshare
 from allocation.policy.fairshare import LN2, decay, interval_usage
 from allocation.policy.types import TeamView
 
+# Rows a team's ledger is spread over (UsageLedger.stripe): a release adds to its lease's stripe,
+# so concurrent releases of one team seldom wait on one row. Usage decays linearly: the stripes,
+# each decayed from its own as_of, sum to the team's usage exactly.
+STRIPES = 8
+
+
+def ledger_stripe(lease_id: Any) -> int:
+    """The ledger stripe a lease's end is added to."""
+    return uuid.UUID(str(lease_id)).int % STRIPES
+
 
 def half_life_s() -> float:
     return SchedulerSettings.current().fair_share_half_life_hours * 3600.0
 
 
 def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
-    """TeamView (weight, decayed usage, parent) for every team, by name, in two queries (three without
+    """TeamView (weight, decayed usage, parent) for every team, by name, in three queries (four without
     `half_life`, the scheduler setting in seconds). Running leases count their active GPU links,
     summed per team and grant time (a pass grants many leases at one instant)."""
     h = half_life or half_life_s()
     t = now.timestamp()
-    teams = list(Team.objects.values_list("pk", "name", "weight", "ledger__closed_usage", "ledger__as_of",
-                                          "parent__name"))
-    usage: dict[int, float] = {pk: decay(closed, t - as_of.timestamp(), h)
-                               for pk, _, _, closed, as_of, _ in teams if as_of is not None}
+    teams = list(Team.objects.values_list("pk", "name", "weight", "parent__name"))
+    usage: dict[int, float] = {}
+    for team_id, closed, as_of in UsageLedger.objects.values_list("team_id", "closed_usage", "as_of"):
+        usage[team_id] = usage.get(team_id, 0.0) + decay(closed, t - as_of.timestamp(), h)
     running = (LeaseGpu.objects.filter(active=True, lease__granted_at__isnull=False,
                                        lease__ended_at__isnull=True)
                .values_list("lease__team_id", "lease__granted_at").annotate(n=Count("pk")).order_by())
     for team_id, granted, n in running:
         usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)
     return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0), parent=parent or "")
-            for pk, name, weight, _, _, parent in teams}
+            for pk, name, weight, parent in teams}
 
 
 def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:
-    """Fold ended leases into their teams' closed usage, given as (team_id, gpus, granted_at,
-    ended_at), in order: one locking read of the teams' ledgers and one write per team touched.
-    Nothing for none."""
+    """Fold ended leases into their teams' closed usage (stripe 0), given as (team_id, gpus,
+    granted_at, ended_at), in order: one locking read of the teams' ledgers and one write per team
+    touched. Nothing for none."""
     ended = list(ended)
     if not ended:
         return
     h = half_life_s()
     with transaction.atomic():
         ledgers = {ledger.team_id: ledger for ledger in UsageLedger.objects.select_for_update().filter(
-            team_id__in=sorted({team_id for team_id, *_ in ended})).order_by("team_id")}
+            team_id__in=sorted({team_id for team_id, *_ in ended}), stripe=0).order_by("team_id")}
         for team_id, gpus, granted_at, ended_at in ended:
             ledger = ledgers.get(team_id)
             if ledger is None:
                 ledger, _ = UsageLedger.objects.select_for_update().get_or_create(
-                    team_id=team_id, defaults={"as_of": ended_at})
+                    team_id=team_id, stripe=0, defaults={"as_of": ended_at})
                 ledgers[team_id] = ledger
             t = max(ended_at, ledger.as_of)
             carried = decay(ledger.closed_usage, t.timestamp() - ledger.as_of.timestamp(), h)
@@ -72,9 +83,11 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
             ledgers[team_id].save()
 
 
-def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime) -> tuple[str, list[Any]]:
+def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime,
+                     stripe: int = 0) -> tuple[str, list[Any]]:
     """`ledger_close_many` of one lease as one upsert statement (for a data-modifying CTE, see
-    core.db.statements): the same arithmetic, done by the database on the locked ledger row, with the
+    core.db.statements), into the team's `stripe` (`ledger_stripe` of the lease): the same
+    arithmetic, done by the database on the locked ledger row, with the
     half-life read in the same statement. With t = max(ended_at, as_of):
         closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
     (the second term is 0 when end ≤ start). tests/allocation/test_sql_writes.py checks that both
@@ -94,14 +107,14 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
         # ledger; above 0 only for an empty interval (end ≤ start), whose term k zeroes.
         return f"power(2, LEAST(0, GREATEST(-1000, -({elapsed}) / {h})))"
 
-    sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, closed_usage, as_of) "
-           f"SELECT %s, %s::float8 * {h} * (1 - {half_power('%s::float8 - %s::float8')}), %s::timestamptz "
-           f"ON CONFLICT (team_id) DO UPDATE SET "
+    sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, stripe, closed_usage, as_of) "
+           f"SELECT %s, %s, %s::float8 * {h} * (1 - {half_power('%s::float8 - %s::float8')}), %s::timestamptz "
+           f"ON CONFLICT (team_id, stripe) DO UPDATE SET "
            f"closed_usage = l.closed_usage * {half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8')} "
            f"+ %s::float8 * {h} * ({half_power(f'{epoch_t} - %s::float8')} "
            f"- {half_power(f'{epoch_t} - %s::float8')}), "
            f"as_of = {t}")
-    params = [team_id, k, end, start, ended_at,
+    params = [team_id, stripe, k, end, start, ended_at,
               ended_at, k, ended_at, end, ended_at, start, ended_at]
     return sql, params
 

@@ -81,8 +81,9 @@ def reference_usage(now):
     """`ledger.team_usage_views` as it was: running leases one by one, counting their active links."""
     h = half_life_s()
     t = now.timestamp()
-    usage = {led.team_id: decay(led.closed_usage, t - led.as_of.timestamp(), h)
-             for led in UsageLedger.objects.all()}
+    usage: dict[int, float] = {}
+    for led in UsageLedger.objects.all():  # a team's stripes, summed
+        usage[led.team_id] = usage.get(led.team_id, 0.0) + decay(led.closed_usage, t - led.as_of.timestamp(), h)
     for team_id, n, granted in (Lease.objects.filter(granted_at__isnull=False, ended_at__isnull=True)
                                 .annotate(n=Count("gpu_links", filter=Q(gpu_links__active=True)))
                                 .values_list("team_id", "n", "granted_at")):

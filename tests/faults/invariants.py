@@ -32,9 +32,9 @@ WITH h AS (SELECT COALESCE(MAX(fair_share_half_life_hours), 168) * 3600.0 AS s
               - power(2, -(t.now - EXTRACT(EPOCH FROM u.started_at)) / h.s))) AS usage
        FROM allocation_leaseusage u, h, t
        WHERE u.ended_at IS NOT NULL AND u.ended_at > u.started_at GROUP BY u.team_id),
-     ledger AS (
-       SELECT l.team_id, l.closed_usage * power(2, -(t.now - EXTRACT(EPOCH FROM l.as_of)) / h.s) AS usage
-       FROM allocation_usageledger l, h, t)
+     ledger AS (  -- a team's stripes, each decayed from its own as_of, summed
+       SELECT l.team_id, SUM(l.closed_usage * power(2, -(t.now - EXTRACT(EPOCH FROM l.as_of)) / h.s)) AS usage
+       FROM allocation_usageledger l, h, t GROUP BY l.team_id)
 SELECT tm.name, COALESCE(ledger.usage, 0), COALESCE(metered.usage, 0)
 FROM allocation_team tm LEFT JOIN ledger ON ledger.team_id = tm.id LEFT JOIN metered ON metered.team_id = tm.id
 """
