@@ -113,7 +113,7 @@ SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
-WHERE l.id = ANY(%(ids)s::uuid[]) AND l.state = %(pending)s
+WHERE {where} AND l.state = %(pending)s
 """
 
 QUOTA_SQL = """
@@ -231,7 +231,11 @@ def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]]) -> dic
         else:
             stale.append(lease_id)
     if stale:
-        for r in _read(PENDING_SQL, {"ids": stale, "pending": LeaseState.PENDING.value}):
+        # Most of the queue new to this process (its first pass, or after every explanation was
+        # written): the pool's pending leases in one scan, not tens of thousands of ids in a list.
+        where, params = ("l.pool_id = %(pool)s", {"pool": pool_id}) if 2 * len(stale) > len(rows) + len(stale) else (
+            "l.id = ANY(%(ids)s::uuid[])", {"ids": stale})
+        for r in _read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
             rows[r[0]] = (r[23], PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))))
     return dict(sorted(rows.items(), key=lambda item: (-item[1][1].created_at, item[0])))
 

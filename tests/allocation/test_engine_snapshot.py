@@ -183,15 +183,18 @@ def test_a_pass_reads_whole_only_the_pending_leases_that_changed(mixed_pool, lea
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from allocation.engine import snapshot
+
+    leases(mixed_pool, 4, gpus=1)  # a queue of 7: what changes below is the smaller part
     first = read_pool(mixed_pool, timezone.now())
-    grown, dropped, kept = sorted(first.pending)
+    grown, dropped, kept, *others = sorted(first.pending)
     Lease.objects.filter(pk=grown).update(gpu_count=5)
     Lease.objects.filter(pk=dropped).update(state="failed", ended_at=timezone.now())
     [new] = leases(mixed_pool, 1, gpus=1)
     with CaptureQueriesContext(connection) as queries:
         second = read_pool(mixed_pool, timezone.now())
     assert {p.lease_id: p for p in second.snapshot.pending} == reference(mixed_pool)[2]
-    assert sorted(second.pending) == sorted([grown, kept, str(new.pk)])
+    assert sorted(second.pending) == sorted([grown, kept, *others, str(new.pk)])
     assert second.pending[grown].gpus == 5 and second.pending[kept] is first.pending[kept]
     whole = _whole_reads(queries.captured_queries)
     assert len(whole) == 1 and grown in whole[0] and str(new.pk) in whole[0] and kept not in whole[0]
@@ -202,6 +205,11 @@ def test_a_pass_reads_whole_only_the_pending_leases_that_changed(mixed_pool, lea
     with CaptureQueriesContext(connection) as queries:
         read_pool(mixed_pool, timezone.now())
     assert _whole_reads(queries.captured_queries) == []  # nothing changed: nothing read whole
+
+    snapshot.forget()  # a new process: the whole queue in one scan of the pool, not a list of ids
+    with CaptureQueriesContext(connection) as queries:
+        cold = read_pool(mixed_pool, timezone.now())
+    assert _whole_reads(queries.captured_queries) == [] and sorted(cold.pending) == sorted(second.pending)
 
 
 def _whole_reads(queries: list[dict]) -> list[str]:
