@@ -4,10 +4,10 @@ Six raw-cursor queries carry the rows that grow with the fleet: the pool's GPUs 
 each is unavailable here: a MIG parent, or held by a lease of another pool) and their hosts, the
 active GPU links of its leases and those leases, and its pending leases with their current
 explanation (their row versions first; then whole only those not read at that version by this
-process's last pass of the pool). They return plain tuples, never model instances (ids as text, times as epoch
-seconds). Teams (with the
-fair-share ledger), quotas, priority classes, the scheduler settings (global and the pool's own)
-and the advance reservations not yet ended take seven small queries.
+process's last pass of the pool). They return plain tuples, never model instances (ids as text,
+times as epoch seconds). Teams (with the fair-share ledger), quotas, priority classes, the
+scheduler settings (global and the pool's own) and the advance reservations not yet ended take
+eight small queries.
 
 Views are reused from the pool's previous pass in this process when their rows are unchanged: the
 whole GPU tuple (so the policy's layout, memoised by the tuple's identity, stays warm), and each
@@ -97,23 +97,24 @@ WHERE {where}
 # differs from the one this process read before are read whole (PENDING_SQL, by id), so a pass
 # over a queue of thousands, where a pass changes the first hundred explanations and a few leases
 # come and go, reads those few.
+_VERSION = "l.xmin::text || l.ctid::text"
 PENDING_VERSIONS_SQL = f"""
-SELECT l.id::text, l.xmin::text || l.ctid::text FROM allocation_lease l
+SELECT l.id::text, {_VERSION} FROM allocation_lease l
 WHERE l.pool_id = %(pool)s AND l.state = '{LeaseState.PENDING.value}'
+ORDER BY l.created_at DESC, l.id
 """
 # The selector is NULL for none: most leases have none, and a NULL costs no JSON decoding.
-PENDING_SQL = """
+PENDING_SQL = f"""
 SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s,
        EXTRACT(EPOCH FROM l.created_at)::float8,
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
-       l.ttl_seconds, l.binding_spec <> '{}'::jsonb, l.pending_code, l.reason, l.queue_position,
-       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{}'::jsonb),
-       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required',
-       l.xmin::text || l.ctid::text
+       l.ttl_seconds, l.binding_spec <> '{{}}'::jsonb, l.pending_code, l.reason, l.queue_position,
+       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{{}}'::jsonb),
+       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required', {_VERSION}
 FROM allocation_lease l
 JOIN allocation_team t ON t.id = l.team_id
 JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
-WHERE {where} AND l.state = %(pending)s
+WHERE {{where}} AND l.state = %(pending)s
 """
 
 QUOTA_SQL = """
@@ -219,25 +220,27 @@ def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
 
 
 def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]]) -> dict[str, tuple[str, PendingRow]]:
-    """Every pending lease of the pool, newest first, with its row version: those `known` at the
-    same version as they were, the others read whole (one query; none when nothing changed). A
-    lease that stops pending between the two reads is left out, as if the first had not seen it."""
-    rows: dict[str, tuple[str, PendingRow]] = {}
+    """Every pending lease of the pool, newest first (the order of the versions read), with its
+    row version: those `known` at the same version as they were, the others read whole (one
+    query; none when nothing changed). A lease that stops pending between the two reads is left
+    out, as if the first had not seen it."""
+    rows: dict[str, tuple[str, PendingRow] | None] = {}
     stale = []
     for lease_id, version in _read(PENDING_VERSIONS_SQL, {"pool": pool_id}):
         hit = known.get(lease_id)
-        if hit is not None and hit[0] == version:
-            rows[lease_id] = hit
-        else:
+        rows[lease_id] = hit if hit is not None and hit[0] == version else None
+        if rows[lease_id] is None:
             stale.append(lease_id)
     if stale:
         # Most of the queue new to this process (its first pass, or after every explanation was
         # written): the pool's pending leases in one scan, not tens of thousands of ids in a list.
-        where, params = ("l.pool_id = %(pool)s", {"pool": pool_id}) if 2 * len(stale) > len(rows) + len(stale) else (
+        where, params = ("l.pool_id = %(pool)s", {"pool": pool_id}) if 2 * len(stale) > len(rows) else (
             "l.id = ANY(%(ids)s::uuid[])", {"ids": stale})
+        # replace, not format: the text holds JSON literals in braces
         for r in _read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
-            rows[r[0]] = (r[23], PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))))
-    return dict(sorted(rows.items(), key=lambda item: (-item[1][1].created_at, item[0])))
+            if r[0] in rows:  # not one that began pending between the two reads: its place is unknown
+                rows[r[0]] = (r[23], PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))))
+    return {lease_id: row for lease_id, row in rows.items() if row is not None}
 
 
 def _json(value: Any) -> Any:

@@ -290,24 +290,6 @@ class LeaseGpu(models.Model):
         return f"{self.lease_id}:{self.gpu_id}{'' if self.active else ' (ended)'}"
 
 
-class UsageLedger(models.Model):
-    """Fair-share ledger per team: decayed GPU-seconds of leases that have ended, as of `as_of`,
-    in a few rows (`stripe`, allocation.ledger.STRIPES) a team whose sum is the team's: a release
-    adds to its lease's stripe, so releases of one team do not queue on one row. Running leases
-    are added at snapshot time; `manage.py rebuild_ledger` recomputes it from lease rows."""
-
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="ledgers", db_index=False)
-    stripe = models.PositiveSmallIntegerField(default=0)
-    closed_usage = models.FloatField(default=0.0)
-    as_of = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["team", "stripe"], name="usage_ledger_team_stripe")]
-
-    def __str__(self) -> str:
-        return f"{self.team_id}: {self.closed_usage:.0f} GPU-s"
-
-
 class AuditEvent(models.Model):
     at = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.CharField(max_length=150, help_text="User name, or system:<component>.")
@@ -393,10 +375,11 @@ class PoolScheduling(IdleReclaimFields):
         return {key: value for key, value in values.items() if value is not None}
 
 
-# Reservations, metering, budgets and prices, the outbox of lease events (allocation.outbox writes and relays
-# it), notifications (allocation.notify), users' shell keys, single sign-on's mapping and the passes
-# wanted while the broker was away (allocation.triggers) live in their own modules; imported here so
-# Django registers them.
+# The fair-share ledger, reservations, metering, budgets and prices, the outbox of lease events
+# (allocation.outbox writes and relays it), notifications (allocation.notify), users' shell keys,
+# single sign-on's mapping and the passes wanted (allocation.triggers, allocation.engine.handoff)
+# live in their own modules; imported here so Django registers them.
+from allocation.models.ledger import UsageLedger  # noqa: E402, F401
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
 from allocation.models.reservations import Reservation  # noqa: E402, F401
