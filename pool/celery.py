@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 from celery.app.amqp import AMQP
-from celery.signals import worker_init
+from celery.signals import task_postrun, task_prerun, worker_init
 from kombu import Connection
 
 from core import liveness
@@ -106,6 +106,19 @@ app.steps["worker"].add(Heartbeat)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["inventory", "allocation", "history"])
 app.steps["consumer"].add(CatchUpOnConnect)
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _recycle_connections(task: Any = None, **_: object) -> None:
+    """Around each task: close the database connections that are past CONN_MAX_AGE or broke, as
+    Django does around each request, and keep the rest (settings.CELERY_DB_REUSE_MAX). Not for an
+    eager task, which runs inside its caller's transaction."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 def _beat_schedule() -> dict[str, dict[str, object]]:
