@@ -29,7 +29,7 @@ from prometheus_client import Histogram
 
 from allocation.audit import audit_rows_insert
 from allocation.engine import handoff
-from allocation.engine.apply import after, apply_decisions, write_explanations
+from allocation.engine.apply import after, apply_decisions, estimate_head, write_explanations
 from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
 from allocation.events import announce_explained
 from allocation.models import PassWanted
@@ -151,7 +151,7 @@ def run_wanted_passes() -> list[PassReport]:
 
 def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) -> PassReport:
     report = PassReport(pool=pool.name)
-    read = read_pool(pool, now)
+    read = read_pool(pool, now, estimate_head=estimate_head(pool.pk))
     decisions: Decisions | None = None
     audit, changes, to_bind, to_unbind = [], [], [], []
     # A preemption of a lease with no running workload frees its GPUs at once; another round in

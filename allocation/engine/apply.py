@@ -44,7 +44,7 @@ EXPLAIN_TAIL_INTERVAL_S = 10.0
 # stored value, so what a reader sees is never off by more than that.
 TAIL_SLACK = 0.01
 TAIL_SLACK_MIN_S = 60.0
-_tail_written: dict[int, float] = {}  # pool id -> when its tail was last written (_clock)
+_tail_written: dict[int, float] = {}  # pool id -> when its tail was last compared (_clock)
 _clock = time.monotonic
 
 
@@ -182,22 +182,37 @@ def _moved(row: PendingRow, code: str, reason: str, position: int, est: datetime
     return abs((est - row.estimated_start).total_seconds()) >= max(TAIL_SLACK_MIN_S, TAIL_SLACK * ahead)
 
 
+def explain_tail_due(pool_id: int) -> bool:
+    """Whether this pass writes the explanations behind the pool's head (EXPLAIN_TAIL_INTERVAL_S)."""
+    return _clock() - _tail_written.get(pool_id, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S
+
+
+def estimate_head(pool_id: int) -> int | None:
+    """How many pending leases of the pool the pass estimates a start for (Snapshot.estimate_head):
+    all when the tail is written; else twice the head, so that a lease pushed back out of the head
+    (by leases of higher priority) is still written with its estimate."""
+    return None if explain_tail_due(pool_id) else 2 * EXPLAIN_HEAD
+
+
 def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> set[str]:
     """Store each pending lease's code, reason, queue position and estimated start where they
     changed, in one UPDATE (only on leases still pending). Returns the ids of the leases written.
 
     Bounded cost: a lease's first explanation (none stored yet), and any change at the head of
     the queue (old or new position ≤ EXPLAIN_HEAD), are written at once; changes further back
-    only when this pool's tail was last written EXPLAIN_TAIL_INTERVAL_S ago or more (then all of
+    only when this pool's tail was last compared EXPLAIN_TAIL_INTERVAL_S ago or more (then all of
     them), and only those that moved by more than the slack (TAIL_SLACK). So a pass over a long
     queue that grants one lease writes about EXPLAIN_HEAD rows, not the whole queue; positions
     further back lag by at most the interval, or until the next pass, and are never off by more
-    than the slack.
+    than the slack. Between tail writes the pass estimates starts for the head only
+    (estimate_head): a newcomer far back is written with its place and no estimate, which the
+    next tail write adds.
     Unchanged explanations are never rewritten."""
     head, tail = [], []
     # Whether changes behind the head are written this pass: decided first, so a pass that will
     # not write them does not even compare them (a queue of 40,000 is 40,000 comparisons).
-    tail_due = _clock() - _tail_written.get(pool.pk, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S
+    tail_due = explain_tail_due(pool.pk)
+    compared = False  # whether a lease behind the head was looked at
     for pend in decisions.pending:
         row = read.pending.get(pend.lease_id)
         if row is None:
@@ -205,6 +220,7 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
         behind = row.queue_position is not None and min(row.queue_position, pend.queue_position) > EXPLAIN_HEAD
         if behind and not tail_due:
             continue
+        compared = compared or behind
         est = datetime.fromtimestamp(pend.estimated_start, tz=now.tzinfo) if pend.estimated_start else None
         if (row.reason, row.queue_position, row.estimated_start, row.pending_code) == (
                 pend.reason, pend.queue_position, est, pend.code):
@@ -214,9 +230,9 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
             head.append(change)
         elif _moved(row, pend.code, pend.reason, pend.queue_position, est, now):
             tail.append(change)
-    if tail:
+    if tail_due and compared:  # written, or nothing behind had moved: not due again for an interval
         _tail_written[pool.pk] = _clock()
-        head += tail
+    head += tail
     if not head:
         return set()
     keys, codes, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))

@@ -326,8 +326,9 @@ def reservation_views(pool: Pool, now: datetime) -> tuple[ReservationView, ...]:
                  for pk, team, gpus, start, end, model in rows)
 
 
-def read_pool(pool: Pool, now: datetime) -> PoolRead:
-    """Read one pool's state (see the module docstring); reuses unchanged views of its last pass."""
+def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) -> PoolRead:
+    """Read one pool's state (see the module docstring); reuses unchanged views of its last pass.
+    `estimate_head`: Snapshot.estimate_head (None: every pending lease's start is estimated)."""
     with _MEMO_LOCK:
         memo = _MEMOS.get(pool.pk) or _Memo()
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
@@ -375,7 +376,7 @@ def read_pool(pool: Pool, now: datetime) -> PoolRead:
     snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),
                         quotas=quotas, running=tuple(view for _, view in running_views.values()),
                         pending=tuple(view for _, view in pending_views.values()),
-                        priority_classes=classes, half_life_s=half_life,
+                        priority_classes=classes, half_life_s=half_life, estimate_head=estimate_head,
                         pools={pool.name: pool_view(pool, sched)},
                         reservations=reservation_views(pool, now),
                         topology=topology_view(sched.topology or (), {row[0]: (row[1], row[12]) for row in gpu_rows},

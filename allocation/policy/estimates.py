@@ -75,15 +75,17 @@ class Sweep:
 
 
 def fill(pool: PoolState, pending: list[Pending], first: int, requests: Mapping[str, RequestView],
-         now: float) -> None:
+         now: float, *, head: int | None = None) -> None:
     """Give `pending[first:]` (one pool's entries, in queue order) an estimated start where they
-    have none. Entries that have one (backfill heads) keep it and still take their GPUs in the
-    sweep, so those behind them start after them; unsatisfiable ones are skipped."""
+    have none; with `head`, only the first `head` of them (a start depends on the entries before
+    it alone, so theirs are the same as in a full sweep). Entries that have one (backfill heads)
+    keep it and still take their GPUs in the sweep, so those behind them start after them;
+    unsatisfiable ones are skipped."""
     sweeps: dict[frozenset[int], Sweep] = {}
     # Per groups tuple (cached per constraint by the index, so its identity is a key): tens of
     # thousands of pending requests share a handful.
     kinds_of: dict[int, frozenset[int]] = {}
-    for i in range(first, len(pending)):
+    for i in range(first, len(pending) if head is None else min(len(pending), first + head)):
         item = pending[i]
         req = requests.get(item.lease_id)
         if req is None or item.unsatisfiable:

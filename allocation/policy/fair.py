@@ -301,7 +301,8 @@ class _FairPass(PoolPass):
             backfill.realize(self.pool, res, self.now)
             item = self.decisions.pending[res.pending_index]
             self.decisions.pending[res.pending_index] = replace(item, estimated_start=res.start)
-        estimates.fill(self.pool, self.decisions.pending, self.first, self.requests, self.now)
+        estimates.fill(self.pool, self.decisions.pending, self.first, self.requests, self.now,
+                       head=self.snapshot.estimate_head)
 
     def _grant(self, req: RequestView, placement: Placement) -> None:
         decision = self.grant(req, placement)

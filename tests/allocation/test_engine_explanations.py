@@ -99,3 +99,35 @@ def test_a_tail_position_that_moved_by_less_than_the_slack_is_not_rewritten(flee
     run_pass([pool.pk])
     # Now 3 -> 1 (the head), 4 -> 2 (moved 2 of 4: written), 5 -> 3 (moved 2 of 5 < 2.5: left).
     assert _positions(queue[2:]) == [1, 2, 5]
+
+
+def _starts(leases: list[Lease]) -> list[bool]:
+    """Whether each lease has an estimated start."""
+    by_id = dict(Lease.objects.filter(pk__in=[lease.pk for lease in leases]).values_list("pk", "estimated_start"))
+    return [by_id[lease.pk] is not None for lease in leases]
+
+
+def test_starts_behind_twice_the_head_are_estimated_only_when_the_tail_is_written(fleet, leases, monkeypatch) -> None:
+    """A pass that does not write the tail sweeps the head for estimates, not the whole queue
+    (apply.estimate_head): a newcomer far back gets its place at once and its estimate with the tail."""
+    clock = Clock()
+    monkeypatch.setattr(apply, "_clock", clock)
+    monkeypatch.setattr(apply, "EXPLAIN_HEAD", 1)  # estimates for the first 2 while the tail is not due
+    pool = fleet(hosts=1)
+    leases(pool, 1, gpus=8)
+    run_pass([pool.pk])
+    queue = leases(pool, 3, gpus=8)
+    run_pass([pool.pk])  # first explanations, all estimated: no tail was ever written
+    assert _starts(queue) == [True, True, True]
+    clock.now += 0.5
+    run_pass([pool.pk])  # the tail (positions 2 and 3) is compared: not due again for an interval
+
+    clock.now += 0.5
+    late = leases(pool, 1, gpus=8)
+    run_pass([pool.pk])
+    assert _positions(late) == [4]
+    assert _starts(queue[:2] + late) == [True, True, False]
+
+    clock.now += apply.EXPLAIN_TAIL_INTERVAL_S
+    run_pass([pool.pk])
+    assert _starts(late) == [True]

@@ -20,16 +20,16 @@ def test_the_collector_is_off_during_a_pass_and_back_on_after_it(fleet, leases, 
     seen = []
     real = allocation.engine.read_pool
 
-    def spy(*a: Any) -> Any:
+    def spy(*a: Any, **kw: Any) -> Any:
         seen.append(gc.isenabled())
-        return real(*a)
+        return real(*a, **kw)
 
     monkeypatch.setattr(allocation.engine, "read_pool", spy)
     assert gc.isenabled()
     assert len(run_pass([pool.pk])[0].granted) == 1
     assert seen == [False] and gc.isenabled()
 
-    monkeypatch.setattr(allocation.engine, "read_pool", lambda *a: 1 / 0)
+    monkeypatch.setattr(allocation.engine, "read_pool", lambda *a, **kw: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         run_pass([pool.pk])
     assert gc.isenabled()

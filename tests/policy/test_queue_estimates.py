@@ -67,3 +67,20 @@ def test_a_request_no_capacity_of_its_kinds_could_hold_has_no_estimate() -> None
     d = schedule(snap(GPUS, [req("huge", "a", 8, created_at=0), req("x", "a", 17, same_host=False)], _full(),
                       now=NOW))
     assert pendings(d)["x"].estimated_start is None
+
+
+def test_with_an_estimate_head_only_the_first_entries_are_estimated_as_in_a_full_sweep() -> None:
+    """The engine asks for the head only on passes that do not write the tail (Snapshot.estimate_head):
+    those estimates are the full sweep's, the rest are left empty, and the decisions are the same."""
+    from dataclasses import replace
+
+    pending = [req(f"r{i}", "a", 1 + i % 3, created_at=i, expected_duration_s=300 + 100 * i) for i in range(20)]
+    full = schedule(snap(GPUS, pending, _full(), now=NOW))
+    head = schedule(replace(snap(GPUS, pending, _full(), now=NOW), estimate_head=5))
+    assert head.grants == full.grants
+    by_position = {p.queue_position: p for p in pendings(head).values()}
+    full_by_position = {p.queue_position: p for p in pendings(full).values()}
+    assert [by_position[q].estimated_start for q in range(1, 6)] == \
+        [full_by_position[q].estimated_start for q in range(1, 6)]
+    assert all(by_position[q].estimated_start is None for q in range(6, len(by_position) + 1))
+    assert all(full_by_position[q].estimated_start is not None for q in range(6, len(by_position) + 1))
