@@ -182,16 +182,14 @@ def _moved(row: PendingRow, code: str, reason: str, position: int, est: datetime
     return abs((est - row.estimated_start).total_seconds()) >= max(TAIL_SLACK_MIN_S, TAIL_SLACK * ahead)
 
 
-def explain_tail_due(pool_id: int) -> bool:
-    """Whether this pass writes the explanations behind the pool's head (EXPLAIN_TAIL_INTERVAL_S)."""
-    return _clock() - _tail_written.get(pool_id, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S
-
-
 def estimate_head(pool_id: int) -> int | None:
-    """How many pending leases of the pool the pass estimates a start for (Snapshot.estimate_head):
-    all when the tail is written; else twice the head, so that a lease pushed back out of the head
-    (by leases of higher priority) is still written with its estimate."""
-    return None if explain_tail_due(pool_id) else 2 * EXPLAIN_HEAD
+    """Decided once, before the pass reads its pool: how many pending leases it estimates a start
+    for (Snapshot.estimate_head). None (all of them) when the explanations behind the head are due
+    (EXPLAIN_TAIL_INTERVAL_S), which write_explanations then writes; else twice the head, so that
+    a lease pushed back out of the head (by leases of higher priority) is still written with its
+    estimate."""
+    due = _clock() - _tail_written.get(pool_id, -math.inf) >= EXPLAIN_TAIL_INTERVAL_S
+    return None if due else 2 * EXPLAIN_HEAD
 
 
 def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: datetime) -> set[str]:
@@ -209,9 +207,11 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
     next tail write adds.
     Unchanged explanations are never rewritten."""
     head, tail = [], []
-    # Whether changes behind the head are written this pass: decided first, so a pass that will
-    # not write them does not even compare them (a queue of 40,000 is 40,000 comparisons).
-    tail_due = explain_tail_due(pool.pk)
+    # Whether changes behind the head are written this pass: decided before the read (estimate_head),
+    # so a pass that will not write them neither estimates nor compares them (a queue of 40,000 is
+    # 40,000 comparisons), and one whose interval ends while it runs never writes a tail it did not
+    # estimate.
+    tail_due = read.snapshot.estimate_head is None
     compared = False  # whether a lease behind the head was looked at
     for pend in decisions.pending:
         row = read.pending.get(pend.lease_id)

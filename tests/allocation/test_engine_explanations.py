@@ -131,3 +131,34 @@ def test_starts_behind_twice_the_head_are_estimated_only_when_the_tail_is_writte
     clock.now += apply.EXPLAIN_TAIL_INTERVAL_S
     run_pass([pool.pk])
     assert _starts(late) == [True]
+
+
+def test_a_tail_interval_that_ends_during_a_pass_leaves_the_tail_as_it_was(fleet, leases, monkeypatch) -> None:
+    """Whether the tail is written is decided once, before the read: a pass that estimated the head
+    only never writes the tail, whose estimates it did not work out, even if the interval ends
+    while it runs."""
+    import allocation.engine
+
+    clock = Clock()
+    monkeypatch.setattr(apply, "_clock", clock)
+    monkeypatch.setattr(apply, "EXPLAIN_HEAD", 1)
+    pool = fleet(hosts=1)
+    leases(pool, 1, gpus=8)
+    run_pass([pool.pk])
+    queue = leases(pool, 4, gpus=8)
+    run_pass([pool.pk])
+    clock.now += 0.5
+    run_pass([pool.pk])  # the tail compared: not due for an interval
+    assert _starts(queue) == [True, True, True, True]
+
+    real = allocation.engine.read_pool
+
+    def slow_read(*a: Any, **kw: Any) -> Any:
+        read = real(*a, **kw)
+        clock.now += apply.EXPLAIN_TAIL_INTERVAL_S  # the interval ends while the pass runs
+        return read
+
+    monkeypatch.setattr(allocation.engine, "read_pool", slow_read)
+    clock.now += 0.5
+    run_pass([pool.pk])
+    assert _starts(queue) == [True, True, True, True]
