@@ -6,8 +6,9 @@ Waiting requests (`GET leases/{id}/?wait=`, `GET leases/events/`) are coroutines
 loop: a thousand waiting clients hold no thread. A workload's log (`GET leases/{id}/logs/`) is
 streamed from the event loop too, its blocking reads on a bounded pool of threads of its own, and
 so is a command in a pod lease's container (`leases/{id}/exec/`, a websocket: allocation/watch/exec.py).
-Everything else is the Django (WSGI) application on a fixed pool of request threads (a2wsgi),
-each with its own persistent database connection:
+Everything else is the Django (WSGI) application on a fixed pool of request threads
+(pool.wsgi_bridge: one hand-off to a thread and one back per request), each thread with its own
+persistent database connection:
 Django's own ASGI handler would start a thread and a database connection per request, which
 measured 2-4x slower for the synchronous DRF views and exhausted PostgreSQL's connections.
 """
@@ -16,18 +17,15 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pool.settings")
 
-from a2wsgi import WSGIMiddleware
 from django.core.wsgi import get_wsgi_application
 
 from allocation.watch import exec as pod_exec
 from allocation.watch import handlers, logs
-
-if TYPE_CHECKING:
-    from a2wsgi.asgi_typing import Scope
+from pool.wsgi_bridge import ThreadedWSGI
 
 # Request threads per process (the API's concurrency; waiting clients do not count against it).
 THREADS = int(os.environ.get("GPUPOOL_WEB_THREADS", "4"))
@@ -42,7 +40,7 @@ def _django_app() -> Any:
     return with_fast_leases(wsgi)
 
 
-django_app = WSGIMiddleware(_django_app(), workers=THREADS)
+django_app = ThreadedWSGI(_django_app(), workers=THREADS)
 
 EVENTS = re.compile(r"^/api/v1/leases/events/?$")
 LEASE = re.compile(r"^/api/v1/leases/(?P<lease_id>[^/]+)/?$")
@@ -74,7 +72,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if match and scope.get("method") == "GET" and "wait" in handlers.query(scope):
             await handlers.handle(handlers.wait_lease, scope, receive, send, lease_id=match["lease_id"])
             return
-    await django_app(cast("Scope", scope), receive, send)
+    await django_app(scope, receive, send)
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
