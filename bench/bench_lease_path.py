@@ -190,7 +190,8 @@ def _run_path(path: str, env: dict[str, str], args: argparse.Namespace, tokens: 
             if name.startswith("paced") and out["create+release"]["rate"] < args.rate * 0.8:
                 # A rate the server cannot sustain only builds a queue until pace.py gives up.
                 out[name] = {"requests": 0, "wall": 1.0, "p50": float("nan"), "p99": float("nan"), "errors": 0,
-                             "rate": 0.0, "web_ms": float("nan"), "pg_ms": float("nan"), "load": os.getloadavg()[0]}
+                             "rate": 0.0, "web_ms": float("nan"), "pg_ms": float("nan"), "load": os.getloadavg()[0],
+                             "skipped": True}
                 continue
             spies = _profiled(server, profile, f"{path}-{name.replace('+', '-')}", args.seconds) \
                 if name in ("create+release", "read") else []
@@ -208,8 +209,13 @@ def _ratio(value: float, base: dict[str, float], key: str) -> str:
 
 
 def _report(runs: list[dict[str, dict[str, dict[str, Any]]]], args: argparse.Namespace) -> None:
+    def ran(path: str, phase: str) -> list[dict[str, Any]]:
+        """The runs of `phase` that were measured (a paced phase is skipped in a run too slow for it)."""
+        return [run[path][phase] for run in runs if not run[path][phase].get("skipped")]
+
     def med(path: str, phase: str, key: str) -> float:
-        return statistics.median(run[path][phase][key] for run in runs)
+        measured = ran(path, phase)
+        return statistics.median(m[key] for m in measured) if measured else float("nan")
 
     paths = [p for p in PATHS if p in runs[0]]
     phases = list(runs[0][paths[0]])
@@ -227,7 +233,10 @@ def _report(runs: list[dict[str, dict[str, dict[str, Any]]]], args: argparse.Nam
             print(f"{phase:<18}{path:<9}{rate:>8.0f}{_ratio(rate, base, 'rate')}{med(path, phase, 'p50'):>8.1f}"
                   f"{med(path, phase, 'p99'):>8.1f}{web:>8.2f}{_ratio(web, base, 'web_ms')}{pg:>7.2f}"
                   f"{_ratio(pg, base, 'pg_ms')}"
-                  f"{sum(r[path][phase]['errors'] for r in runs):>7}{med(path, phase, 'load'):>6.1f}")
+                  f"{sum(r[path][phase]['errors'] for r in runs):>7}{med(path, phase, 'load'):>6.1f}"
+                  + ("" if len(ran(path, phase)) == len(runs) else
+                     f"  ({len(ran(path, phase))} of {len(runs)} runs: skipped where the closed-loop rate "
+                     f"was under {args.rate * 0.8:g}/s)"))
     print(json.dumps({p: {ph: {k: round(med(p, ph, k), 3) for k in ("rate", "p50", "p99", "web_ms", "pg_ms", "load")}
                           for ph in phases} for p in paths}))
 
