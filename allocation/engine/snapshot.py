@@ -49,17 +49,24 @@ from inventory.models import Pool
 
 _END = frozenset(END_STATES)
 
+# A link's lease's pool, looked up by primary key: a scalar subquery is never turned into a join,
+# so no plan can hash the whole lease table (its history: a seq scan of it was 4 of a pass's reads,
+# 5-40 ms each, growing with every lease ever made; bench/bench_kueue_baseline.py). Every read of
+# the running leases below goes from the active links to their leases one by one: its cost is
+# what runs, not what ran.
+LEASE_POOL = "(SELECT l.pool_id FROM allocation_lease l WHERE l.id = lg.lease_id)"
+
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
 # physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
 # always share their parent's pool), or held by a lease of another pool: probed per GPU through
 # the index of active links, so the cost is the pool's size, not the lease history's), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
-GPU_SQL = """
+GPU_SQL = f"""
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
        g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
-                   WHERE lg.gpu_id = g.id AND lg.active AND l.pool_id <> %(pool)s)),
+        OR EXISTS (SELECT 1 FROM allocation_leasegpu lg
+                   WHERE lg.gpu_id = g.id AND lg.active AND {LEASE_POOL} <> %(pool)s)),
        g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
 """
@@ -76,11 +83,9 @@ WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s 
 """
 
 # Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload):
-# their active links, and the leases themselves. A lease holds GPUs only while holding or ending;
-# should one with links fall outside that, it is read by id (`_holding_rows`).
-LINK_SQL = """
-SELECT lg.lease_id::text, lg.gpu_id FROM allocation_leasegpu lg JOIN allocation_lease l ON l.id = lg.lease_id
-WHERE lg.active AND l.pool_id = %(pool)s
+# their active links, and then the leases themselves, by id (`_holding_rows`).
+LINK_SQL = f"""
+SELECT lg.lease_id::text, lg.gpu_id FROM allocation_leasegpu lg WHERE lg.active AND {LEASE_POOL} = %(pool)s
 """
 HOLDING_SQL = """
 SELECT l.id::text, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s,
@@ -204,13 +209,8 @@ def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
         held.setdefault(lease_id, []).append(gpu_id)
     if not held:
         return []
-    where = (f"l.pool_id = %(pool)s AND (l.state IN ('{LeaseState.GRANTED.value}', '{LeaseState.BOUND.value}') "
-             "OR l.ending_since IS NOT NULL)")
-    rows = {r[0]: r for r in _read(HOLDING_SQL.format(where=where), {"pool": pool_id})}
-    missing = [lease_id for lease_id in held if lease_id not in rows]
-    if missing:
-        rows.update((r[0], r) for r in _read(HOLDING_SQL.format(
-            where="l.id IN ({})".format(", ".join(["%s"] * len(missing)))), missing))
+    # By id: a lease with active links is the pool's whatever its state (holding, ending).
+    rows = {r[0]: r for r in _read(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": list(held)})}
     out = []
     for lease_id in sorted(held):
         _, team, state, prio, preemptible, min_rt, granted, borrowed, expires = rows[lease_id]

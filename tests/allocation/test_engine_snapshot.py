@@ -213,4 +213,4 @@ def test_a_pass_reads_whole_only_the_pending_leases_that_changed(mixed_pool, lea
 
 
 def _whole_reads(queries: list[dict]) -> list[str]:
-    return [q["sql"] for q in queries if "ANY(" in q["sql"] and "pc.min_runtime_s" in q["sql"]]
+    return [q["sql"] for q in queries if "ANY(" in q["sql"] and "l.estimated_start" in q["sql"]]  # PENDING_SQL by id

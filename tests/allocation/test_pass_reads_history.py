@@ -1,0 +1,68 @@
+"""A pass's reads cost what runs and waits, not what ran: no read of the running leases scans the
+lease table, whose size is the pool's whole history.
+
+Before, four reads of every pass (the GPUs' "held by another pool" check, the pool's links, its
+holding leases and the teams' running usage) joined the active links to the lease table; on a
+table of thousands of ended leases PostgreSQL hashed all of it, 5-40 ms a read by the end of
+bench/bench_kueue_baseline.py, growing with every lease ever made.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from allocation.engine import run_pass
+from allocation.engine.snapshot import read_pool
+from allocation.ledger import team_usage_views
+from allocation.models import Lease
+
+pytestmark = pytest.mark.django_db
+
+HISTORY = 20_000
+
+
+def _add_history(n: int) -> None:
+    """`n` released leases (copies of a pending one, with new ids), then fresh statistics, as a
+    production table would have them."""
+    table = Lease._meta.db_table
+    columns = [f.column for f in Lease._meta.local_concrete_fields if f.column not in ("id", "state", "ended_at",
+                                                                                        "idempotency_key")]
+    listed = ", ".join(columns)
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} (id, state, ended_at, idempotency_key, {listed}) "
+                    f"SELECT gen_random_uuid(), 'released', now(), '', {listed} "
+                    f"FROM {table}, generate_series(1, %s) WHERE state = 'pending' "
+                    f"AND id = (SELECT min(id::text)::uuid FROM {table} WHERE state = 'pending')", [n])
+        cur.execute(f"ANALYZE {table}")
+        cur.execute("ANALYZE allocation_leasegpu")
+
+
+def _plans(queries: list[dict]) -> list[tuple[str, str]]:
+    plans = []
+    with connection.cursor() as cur:
+        for q in queries:
+            if q["sql"].lstrip().upper().startswith("SELECT") and "allocation_lease" in q["sql"]:
+                cur.execute("EXPLAIN " + q["sql"])
+                plans.append((q["sql"], "\n".join(r[0] for r in cur.fetchall())))
+    return plans
+
+
+def test_no_read_of_a_pass_scans_the_lease_history(fleet, leases) -> None:
+    pool = fleet(hosts=25)  # 200 GPUs, 150 held below
+    leases(pool, 150, gpus=1)
+    run_pass([pool.pk])
+    assert Lease.objects.filter(pool=pool, state="granted").count() == 150
+    leases(pool, 20, gpus=4)  # a queue that waits
+    _add_history(HISTORY)
+
+    with CaptureQueriesContext(connection) as queries:
+        read = read_pool(pool, timezone.now())
+        team_usage_views(timezone.now())
+    assert len(read.snapshot.running) == 150 and len(read.snapshot.pending) == 20
+    plans = _plans(queries.captured_queries)
+    assert len(plans) >= 5  # GPUs, links, holding leases, pending versions and rows, usage
+    scans = [sql for sql, plan in plans if "Seq Scan on allocation_lease " in plan + " "]
+    assert not scans, "a pass read scans the lease history:\n" + "\n\n".join(scans)
