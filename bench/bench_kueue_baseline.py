@@ -27,6 +27,7 @@ import asyncio
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -297,21 +298,25 @@ def main() -> None:
                                      "--tokens", json.dumps({team_name(p, t): tokens[f"u-{team_name(p, t)}"]
                                                              for t in range(TEAMS)})])
                    for p in range(POOLS)]
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         for client in clients:
             try:
                 client.wait(timeout=max(1.0, args.timeout - (time.monotonic() - started)))
             except subprocess.TimeoutExpired:
                 client.kill()
         wall = time.monotonic() - started
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the clients are the only children reaped
+        clients_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
         cpu, pg = _stack.cpu_seconds(pids) - cpu0, _stack.postgres_cpu_seconds() - pg0
         each = {name: _stack.cpu_seconds([p.pid]) - each0[name] for name, p in procs.items()}
-        check = _ledger_check(env)
-    print("server CPU by process: " + ", ".join(f"{name} {secs:.1f} s" for name, secs in each.items()))
+        check, occupancy = _ledger_check(env)
+    print("server CPU by process: " + ", ".join(f"{name} {secs:.1f} s" for name, secs in each.items())
+          + f"; the load generator (5 client processes) {clients_cpu:.1f} s")
     report([json.loads((out_dir / f"client-{p}.json").read_text()) for p in range(POOLS)
-            if (out_dir / f"client-{p}.json").exists()], wall, cpu, pg, check, args.scale)
+            if (out_dir / f"client-{p}.json").exists()], wall, cpu, pg, check, args.scale, occupancy)
 
 
-def _ledger_check(env: dict[str, str]) -> dict[str, int]:
+def _ledger_check(env: dict[str, str]) -> tuple[dict[str, int], dict[str, Any]]:
     import psycopg2
 
     conn = psycopg2.connect(env["DATABASE_URL"])
@@ -322,12 +327,38 @@ def _ledger_check(env: dict[str, str]) -> dict[str, int]:
         row = cur.fetchone()
         assert row is not None  # count(*) answers one row
         states["active GPU links"] = row[0]
+        # Where the GPU-seconds went: held by a lease (granted → ended) against the work the
+        # clients did in them, per class (told apart by size), and the pools' capacity over the span.
+        cur.execute("SELECT gpu_count, count(*), sum(gpu_count * extract(epoch FROM ended_at - granted_at))"
+                    " FROM allocation_lease WHERE granted_at IS NOT NULL AND ended_at IS NOT NULL GROUP BY gpu_count")
+        by_gpus = {gpus: (n, float(held)) for gpus, n, held in cur.fetchall()}
+        cur.execute("SELECT extract(epoch FROM max(ended_at) - min(granted_at)) FROM allocation_lease")
+        span = cur.fetchone()
     conn.close()
-    return states
+    return states, {"by_gpus": by_gpus, "span_s": float(span[0] or 0) if span else 0.0}
+
+
+def _print_occupancy(occupancy: dict[str, Any] | None, scale: float) -> None:
+    """GPU-seconds held by leases against the work done in them and the pools' capacity: the wall
+    is long either because GPUs sit free while leases wait (passes too slow) or because a lease
+    holds its GPUs longer than its run (the grant reaching the client, the release reaching the
+    server)."""
+    if not occupancy or not occupancy["by_gpus"]:
+        return
+    run_s = {c[4]: c[2] for c in CLASSES.values()}  # GPUs → run time
+    capacity = POOLS * 120 * occupancy["span_s"]
+    held_total = sum(held for _, held in occupancy["by_gpus"].values())
+    work = sum(CLASSES[c][0] * scale * TEAMS * POOLS * CLASSES[c][2] * CLASSES[c][4] for c in CLASSES)
+    print(f"GPU-seconds: capacity {capacity:,.0f} over the {occupancy['span_s']:.1f} s span; held by leases "
+          f"{held_total:,.0f} ({held_total / max(capacity, 1):.0%}); work {work:,.0f} ({work / max(capacity, 1):.0%})")
+    for gpus, (n, held) in sorted(occupancy["by_gpus"].items()):
+        extra = held / gpus / n - run_s.get(gpus, 0.0)
+        print(f"  {gpus:2d}-GPU leases: {n:,} held {held / gpus / n:.2f} s on average "
+              f"({extra:.2f} s beyond their run: grant to client + release to server)")
 
 
 def report(results: list[dict[str, Any]], wall: float, cpu: float, pg: float, states: dict[str, int],
-           scale: float = 1.0) -> None:
+           scale: float = 1.0, occupancy: dict[str, Any] | None = None) -> None:
     jobs = [j for r in results for j in r["jobs"]]
     errors: dict[str, int] = {}
     for r in results:
@@ -345,6 +376,7 @@ def report(results: list[dict[str, Any]], wall: float, cpu: float, pg: float, st
             mean = means[cls] = sum(waits) / len(waits)
             print(f"  time to grant {cls:6s}: mean {mean:7.2f} s, p99 {_stack.percentile(waits, 0.99):7.2f} s "
                   f"(Kueue mean {KUEUE_MEAN_WAIT_S[cls]:.1f} s: {mean / KUEUE_MEAN_WAIT_S[cls]:.3f}×)  n={len(waits)}")
+    _print_occupancy(occupancy, scale)
     print(f"preemptions (leases asked again): {sum(j['preempted'] for j in jobs):,}")
     print(f"API requests: {requests:,}; API errors: {sum(errors.values())} {errors or ''}")
     n = max(1, len(finished))
