@@ -17,10 +17,11 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from allocation.models import Lease, LeaseGpu, SchedulerSettings, Team, UsageLedger
+from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
 from allocation.policy import fairshare
 from allocation.policy.fairshare import LN2, decay, interval_usage
 from allocation.policy.types import TeamView
+from allocation.running_links import active_links
 
 # Rows a team's ledger is spread over (UsageLedger.stripe): a release adds to its lease's stripe,
 # so concurrent releases of one team seldom wait on one row. Usage decays linearly: the stripes,
@@ -37,15 +38,11 @@ def half_life_s() -> float:
     return SchedulerSettings.current().fair_share_half_life_hours * 3600.0
 
 
-# Running leases' GPUs per team and grant time: the active links counted per lease, then each
-# lease looked up by primary key (OFFSET 0 keeps the lateral subquery from being flattened into a
-# join, which the planner hashed over a seq scan of every lease ever made). Cost: what runs.
+# Running leases' GPUs per team and grant time, from the active links (allocation/running_links.py:
+# the cost is what runs, not the lease history).
 RUNNING_SQL = f"""
-SELECT l.team_id, l.granted_at, sum(a.n)::int
-FROM (SELECT lease_id, count(*) AS n FROM {LeaseGpu._meta.db_table} WHERE active GROUP BY lease_id) AS a
-CROSS JOIN LATERAL (SELECT team_id, granted_at FROM {Lease._meta.db_table}
-                    WHERE id = a.lease_id AND granted_at IS NOT NULL AND ended_at IS NULL OFFSET 0) AS l
-GROUP BY 1, 2
+SELECT a.team_id, a.granted_at, count(*)::int FROM ({active_links("team_id", "granted_at", "ended_at")}) a
+WHERE a.granted_at IS NOT NULL AND a.ended_at IS NULL GROUP BY 1, 2
 """
 
 

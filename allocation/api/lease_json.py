@@ -24,7 +24,7 @@ from allocation.models import Lease, LeaseGpu, workload_exit_code
 from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
 from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
-from core.db.statements import execute
+from core.db.statements import compiled_values, execute
 from inventory.models import Gpu
 
 # The lease's own columns that its JSON shows; the names of what it refers to come from
@@ -127,9 +127,21 @@ def lease_dicts(lease_ids: Iterable[Any], *, visible_to: Any = None) -> list[dic
     if len(ids) == 1:  # GET leases/{id}/: the read compiled once per process
         row = lease_row(ids[0], visible_to=visible_to)
         return render_rows([row]) if row is not None else []
-    queryset = lease_list(user=visible_to, related=False) if visible_to is not None else Lease.objects.all()
-    rows = {row["id"]: row for row in lease_rows(queryset.filter(pk__in=ids).order_by())}
+    if visible_to is None:  # the watch feed's read of each batch of changes, compiled once per process
+        found = compiled_values("lease_rows_by_ids", _rows_by_ids, ids=",".join(i.hex for i in ids))
+    else:
+        found = list(lease_rows(lease_list(user=visible_to, related=False).filter(pk__in=ids).order_by()))
+    rows = {row["id"]: row for row in found}
     return render_rows([rows[i] for i in ids if i in rows])
+
+
+def _rows_by_ids(ids: str) -> QuerySet[Any]:
+    """`lease_rows` of the leases whose ids are listed in `ids` (hex, comma-separated): one text
+    parameter, so that the query compiles once (core.db.statements.compiled_values) whatever the
+    number of ids, where building it with the ORM cost every feed batch ~1 ms of CPU."""
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    return lease_rows(Lease.objects.extra(where=[f"{table}.\"id\" = ANY(string_to_array(%s, ',')::uuid[])"],
+                                          params=[ids]).order_by())
 
 
 def lease_dict(lease: Lease, gpus: Sequence[str] | None = None) -> dict[str, Any]:

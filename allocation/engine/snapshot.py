@@ -44,29 +44,25 @@ from allocation.policy.types import (
     Snapshot,
 )
 from allocation.policy.where import Selector, selector_of, tags_of
+from allocation.running_links import active_links
 from inventory.choices import Health, HostState
 from inventory.models import Pool
 
 _END = frozenset(END_STATES)
 
-# A link's lease's pool, looked up by primary key: a scalar subquery is never turned into a join,
-# so no plan can hash the whole lease table (its history: a seq scan of it was 4 of a pass's reads,
-# 5-40 ms each, growing with every lease ever made; bench/bench_kueue_baseline.py). Every read of
-# the running leases below goes from the active links to their leases one by one: its cost is
-# what runs, not what ran.
-LEASE_POOL = "(SELECT l.pool_id FROM allocation_lease l WHERE l.id = lg.lease_id)"
+# Every active link with its lease's pool (allocation/running_links.py: what runs, not what ran).
+ACTIVE_LINKS = active_links("pool_id")
 
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
 # physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
-# always share their parent's pool), or held by a lease of another pool: probed per GPU through
-# the index of active links, so the cost is the pool's size, not the lease history's), and their
+# always share their parent's pool), or held by a lease of another pool: ACTIVE_LINKS, hashed once
+# a read, so the cost is what runs, not the lease history's), and their
 # hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
 GPU_SQL = f"""
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
        g.physical_uuid, g."index", g.uuid,
        (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
-        OR EXISTS (SELECT 1 FROM allocation_leasegpu lg
-                   WHERE lg.gpu_id = g.id AND lg.active AND {LEASE_POOL} <> %(pool)s)),
+        OR g.id IN (SELECT a.gpu_id FROM ({ACTIVE_LINKS}) a WHERE a.pool_id <> %(pool)s)),
        g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
 """
@@ -85,7 +81,7 @@ WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s 
 # Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload):
 # their active links, and then the leases themselves, by id (`_holding_rows`).
 LINK_SQL = f"""
-SELECT lg.lease_id::text, lg.gpu_id FROM allocation_leasegpu lg WHERE lg.active AND {LEASE_POOL} = %(pool)s
+SELECT a.lease_id::text, a.gpu_id FROM ({ACTIVE_LINKS}) a WHERE a.pool_id = %(pool)s
 """
 HOLDING_SQL = """
 SELECT l.id::text, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s,
