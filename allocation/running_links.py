@@ -1,13 +1,13 @@
 """The active GPU links with the lease each belongs to, in SQL whose cost follows what runs, not
-the lease table's history: the reads of every scheduling pass start from it (the pool's GPUs held
-by another pool, the pool's links, the teams' running usage).
+the lease table's history: every scheduling pass reads the links of its pool's leases and those
+on its GPUs through it (allocation/engine/snapshot.py LINKS_SQL).
 
 Joined plainly, PostgreSQL hashed a seq scan of the whole lease table (every lease ever made:
 5-40 ms a read by the end of bench/bench_kueue_baseline.py, and growing); looked up one link at a
 time by primary key, 64,000 held GPUs cost 200 ms a read (bench/bench_scale.py engine). Here the
 running leases come through the lease table's state index (a hash of what runs), and the rare link
 of a lease in another state (ending, or ended with its GPUs not yet released) is looked up by
-primary key: `CASE`/`COALESCE` evaluate that subquery only for a link the join left unmatched.
+primary key: `CASE` evaluates that subquery only for a link the join left unmatched.
 """
 
 from __future__ import annotations

@@ -119,6 +119,7 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
                 return None
             if not wait:
                 handoff.claim(pool.pk)
+            _without_jit()
             report = _pass(pool, decide, now)
     finally:
         if collecting:
@@ -126,6 +127,16 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
     report.seconds = time.perf_counter() - started
     PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
     return report
+
+
+def _without_jit() -> None:
+    """No JIT compilation for the rest of the pass's transaction. PostgreSQL compiles a statement
+    whose estimated cost passes jit_above_cost (100,000 by default), which the reads over tens of
+    thousands of GPUs or links reach: 25 ms of compiling for a 17 ms read of 50 pools' links, and
+    the GPU read of a 64,000-GPU pool ran 130 ms with it (bench/bench_scale.py). A pass's statements
+    are short, indexed reads and writes: compiling them never pays."""
+    with connection.cursor() as cur:
+        cur.execute("SET LOCAL jit = off")
 
 
 def run_wanted_passes() -> list[PassReport]:

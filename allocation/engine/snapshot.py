@@ -50,21 +50,24 @@ from inventory.models import Pool
 
 _END = frozenset(END_STATES)
 
-# Every active link with its lease's pool (allocation/running_links.py: what runs, not what ran).
-ACTIVE_LINKS = active_links("pool_id")
-
 # The pool's GPUs: (id, host_id, model, memory_mb, health, foreign, mig_profile, shared_replicas,
 # physical_uuid, index, uuid, unavailable here: a MIG parent (the rule of inventory.selectors.capacity_units; slices
-# always share their parent's pool), or held by a lease of another pool: ACTIVE_LINKS, hashed once
-# a read, so the cost is what runs, not the lease history's), and their
-# hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and only when they changed.
-GPU_SQL = f"""
+# always share their parent's pool), or held by a lease of another pool (LINKS_SQL, applied in
+# read_pool)), and their hosts (id, name, state, driver, cuda). Unordered: sorted in Python, and
+# only when they changed.
+GPU_SQL = """
 SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profile, g.shared_replicas,
        g.physical_uuid, g."index", g.uuid,
-       (g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL)
-        OR g.id IN (SELECT a.gpu_id FROM ({ACTIVE_LINKS}) a WHERE a.pool_id <> %(pool)s)),
+       g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL),
        g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
+"""
+# In one read (allocation/running_links.py: its cost is what runs, not the lease history): the
+# active links of the pool's leases, and those on the pool's GPUs held by another pool's lease,
+# each with its lease's pool.
+LINKS_SQL = f"""
+SELECT a.lease_id::text, a.gpu_id, a.pool_id FROM ({active_links("pool_id")}) a
+WHERE a.pool_id = %(pool)s OR a.gpu_id IN (SELECT g.id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 HOST_SQL = """
 SELECT h.id, h.name, h.state, h.driver_version, h.cuda_version, s.name, s.kind
@@ -78,11 +81,8 @@ SELECT h.id, h.labels FROM inventory_host h
 WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 
-# Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload):
-# their active links, and then the leases themselves, by id (`_holding_rows`).
-LINK_SQL = f"""
-SELECT a.lease_id::text, a.gpu_id FROM ({ACTIVE_LINKS}) a WHERE a.pool_id = %(pool)s
-"""
+# Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload),
+# by id, once their links are known (`_holding_rows`).
 HOLDING_SQL = """
 SELECT l.id::text, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s,
        EXTRACT(EPOCH FROM l.granted_at)::float8, l.borrowed, EXTRACT(EPOCH FROM l.expires_at)::float8
@@ -197,11 +197,12 @@ def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
         return list(cur.fetchall())
 
 
-def _holding_rows(pool_id: int) -> list[tuple[Any, ...]]:
+def _holding_rows(links: list[tuple[str, int]]) -> list[tuple[Any, ...]]:
     """(lease_id, team, state, priority, preemptible, min_runtime_s, granted_at, borrowed,
-    expires_at, gpu_ids) of every lease of the pool with active GPU links, in lease id order."""
+    expires_at, gpu_ids) of every lease of the pool with active GPU links (`links`: lease id,
+    GPU id), in lease id order."""
     held: dict[str, list[int]] = {}
-    for lease_id, gpu_id in _read(LINK_SQL, {"pool": pool_id}):
+    for lease_id, gpu_id in links:
         held.setdefault(lease_id, []).append(gpu_id)
     if not held:
         return []
@@ -328,6 +329,14 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
     with _MEMO_LOCK:
         memo = _MEMOS.get(pool.pk) or _Memo()
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
+    own_links, elsewhere = [], set()
+    for lease_id, gpu_id, lease_pool in _read(LINKS_SQL, {"pool": pool.pk}):
+        if lease_pool == pool.pk:
+            own_links.append((lease_id, gpu_id))
+        else:
+            elsewhere.add(gpu_id)
+    if elsewhere:  # a GPU moved here while another pool's lease holds it: not this pool's to give
+        gpu_rows = [(*row[:11], True, *row[12:]) if row[0] in elsewhere else row for row in gpu_rows]
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
     versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {})
@@ -340,7 +349,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
-    for row in _holding_rows(pool.pk):
+    for row in _holding_rows(own_links):
         hit = memo.running.get(row[0])
         if hit is None or hit[0] != row or memo.pool != pool.name:
             lease_id, team, state, prio, preemptible, min_rt, granted, borrowed, expires, gpu_ids = row
