@@ -63,10 +63,16 @@ class PassReport:
     freed_now: int = 0  # preempted leases whose GPUs were freed within the pass
 
 
-def lock_pool(pool_id: int) -> datetime:
+# PASS_NO_JIT: a pass runs with JIT off. PostgreSQL compiles a statement whose estimated cost
+# passes jit_above_cost (100,000 by default), which the reads over tens of thousands of GPUs or
+# links reach: 25 ms of compiling for a 17 ms read of 50 pools' links (bench/bench_scale.py). A
+# pass's statements are short indexed reads and set-based writes: compiling them never pays.
+
+
+def lock_pool(pool_id: int, *, no_jit: bool = False) -> datetime:
     """Take the pool's scheduling lock for the rest of the current transaction; returns the
     database's clock once it is held (the one clock every grant's `expires_at` counts from)."""
-    return advisory_xact_lock(POOL_LOCKS, pool_id)
+    return advisory_xact_lock(POOL_LOCKS, pool_id, no_jit=no_jit)
 
 
 def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None,
@@ -114,12 +120,13 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
         with transaction.atomic():
             # The database's clock, not this worker's: a lease's expires_at is later
             # compared with it by whichever process reaps or renews (core.db.db_now).
-            now = lock_pool(pool.pk) if wait else advisory_xact_try_lock(POOL_LOCKS, pool.pk)
+            # JIT off for the pass (PASS_NO_JIT), set by the lock's own statement.
+            now = (lock_pool(pool.pk, no_jit=True) if wait
+                   else advisory_xact_try_lock(POOL_LOCKS, pool.pk, no_jit=True))
             if now is None:
                 return None
             if not wait:
                 handoff.claim(pool.pk)
-            _without_jit()
             report = _pass(pool, decide, now)
     finally:
         if collecting:
@@ -127,16 +134,6 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
     report.seconds = time.perf_counter() - started
     PASS_SECONDS.labels(pool=pool.name).observe(report.seconds)
     return report
-
-
-def _without_jit() -> None:
-    """No JIT compilation for the rest of the pass's transaction. PostgreSQL compiles a statement
-    whose estimated cost passes jit_above_cost (100,000 by default), which the reads over tens of
-    thousands of GPUs or links reach: 25 ms of compiling for a 17 ms read of 50 pools' links, and
-    the GPU read of a 64,000-GPU pool ran 130 ms with it (bench/bench_scale.py). A pass's statements
-    are short, indexed reads and writes: compiling them never pays."""
-    with connection.cursor() as cur:
-        cur.execute("SET LOCAL jit = off")
 
 
 def run_wanted_passes() -> list[PassReport]:

@@ -39,22 +39,28 @@ def advisory_key(namespace: int, key: int, second: int | None = None) -> int:
     return (namespace << 48) | ((key & 0xFFFFFF) << 24) | (second & 0xFFFFFF)
 
 
-def advisory_xact_lock(namespace: int, key: int) -> datetime:
+def _lock_sql(function: str, no_jit: bool) -> str:
+    # set_config(…, true) is SET LOCAL, riding with the lock: no statement more.
+    return f"SELECT {function}(%s), clock_timestamp()" + (", set_config('jit', 'off', true)" if no_jit else "")
+
+
+def advisory_xact_lock(namespace: int, key: int, *, no_jit: bool = False) -> datetime:
     """Hold a PostgreSQL advisory lock on (`namespace`, `key`) until the current transaction ends;
-    whoever asks next waits for it. Call inside `transaction.atomic()`.
+    whoever asks next waits for it. Call inside `transaction.atomic()`. `no_jit`: no JIT
+    compilation for the rest of the transaction either.
 
     Returns the database's clock once the lock is held (`db_now`), read in the same query, so a
     pass deciding by that clock pays no query for it."""
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s), clock_timestamp()", [advisory_key(namespace, key)])
+        cur.execute(_lock_sql("pg_advisory_xact_lock", no_jit), [advisory_key(namespace, key)])
         return cast(datetime, cur.fetchone()[1])
 
 
-def advisory_xact_try_lock(namespace: int, key: int) -> datetime | None:
+def advisory_xact_try_lock(namespace: int, key: int, *, no_jit: bool = False) -> datetime | None:
     """`advisory_xact_lock` without the wait: None at once when another transaction holds it."""
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s), clock_timestamp()", [advisory_key(namespace, key)])
-        held, now = cur.fetchone()
+        cur.execute(_lock_sql("pg_try_advisory_xact_lock", no_jit), [advisory_key(namespace, key)])
+        held, now = cur.fetchone()[:2]
         return cast(datetime, now) if held else None
 
 

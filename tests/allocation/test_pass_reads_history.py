@@ -28,8 +28,8 @@ def _add_history(n: int) -> None:
     """`n` released leases (copies of a pending one, with new ids), then fresh statistics, as a
     production table would have them."""
     table = Lease._meta.db_table
-    columns = [f.column for f in Lease._meta.local_concrete_fields if f.column not in ("id", "state", "ended_at",
-                                                                                        "idempotency_key")]
+    skip = ("id", "state", "ended_at", "idempotency_key")
+    columns = [f.column for f in Lease._meta.local_concrete_fields if f.column and f.column not in skip]
     listed = ", ".join(columns)
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {table} (id, state, ended_at, idempotency_key, {listed}) "
@@ -66,3 +66,26 @@ def test_no_read_of_a_pass_scans_the_lease_history(fleet, leases) -> None:
     assert len(plans) >= 5  # GPUs, links, holding leases, pending versions and rows, usage
     scans = [sql for sql, plan in plans if "Seq Scan on allocation_lease " in plan + " "]
     assert not scans, "a pass read scans the lease history:\n" + "\n\n".join(scans)
+
+
+def test_a_pass_runs_without_jit(fleet, leases, monkeypatch) -> None:
+    """The pass's transaction has JIT off, set by its lock's own statement (no query more)."""
+    import allocation.engine as engine
+
+    pool = fleet(hosts=1)
+    leases(pool, 1, gpus=1)
+    seen: list[str] = []
+    real = engine._pass
+
+    def spy(*args, **kwargs):
+        with connection.cursor() as cur:
+            cur.execute("SHOW jit")
+            seen.append(cur.fetchone()[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_pass", spy)
+    with CaptureQueriesContext(connection) as queries:
+        run_pass([pool.pk])
+    assert seen == ["off"]
+    locks = [q["sql"] for q in queries.captured_queries if "advisory_xact" in q["sql"]]
+    assert len(locks) == 1 and "set_config('jit', 'off', true)" in locks[0]
