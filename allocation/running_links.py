@@ -1,6 +1,6 @@
 """The active GPU links with the lease each belongs to, in SQL whose cost follows what runs, not
 the lease table's history: every scheduling pass reads the links of its pool's leases and those
-on its GPUs through it (allocation/engine/snapshot.py LINKS_SQL).
+on its GPUs in one statement, LINKS_SQL below (read by allocation/engine/snapshot.py).
 
 Joined plainly, PostgreSQL hashed a seq scan of the whole lease table (every lease ever made:
 5-40 ms a read by the end of bench/bench_kueue_baseline.py, and growing); looked up one link at a
@@ -12,21 +12,18 @@ primary key: `CASE` evaluates that subquery only for a link the join left unmatc
 
 from __future__ import annotations
 
-from allocation.choices import LeaseState
+from allocation.choices import HOLDING_STATES
 from allocation.models import Lease, LeaseGpu
 
 _LEASES, _LINKS = Lease._meta.db_table, LeaseGpu._meta.db_table
-_RUNNING = f"('{LeaseState.GRANTED.value}', '{LeaseState.BOUND.value}')"
+_HOLDING = ", ".join(f"'{state.value}'" for state in HOLDING_STATES)
 
-
-def _column(name: str) -> str:
-    """A column of the link's lease: from the running lease joined, else by primary key."""
-    by_key = f"(SELECT x.{name} FROM {_LEASES} x WHERE x.id = lg.lease_id)"
-    return f"CASE WHEN h.id IS NOT NULL THEN h.{name} ELSE {by_key} END"
-
-
-def active_links(*columns: str) -> str:
-    """SELECT lg.lease_id, lg.gpu_id and these columns of each active link's lease (as named)."""
-    picked = "".join(f", {_column(c)} AS {c}" for c in columns)
-    return (f"SELECT lg.lease_id, lg.gpu_id{picked} FROM {_LINKS} lg "
-            f"LEFT JOIN {_LEASES} h ON h.id = lg.lease_id AND h.state IN {_RUNNING} WHERE lg.active")
+# The pool's links and those on its GPUs: (lease id, GPU id, the lease's pool), parameter `pool`.
+LINKS_SQL = f"""
+SELECT a.lease_id::text, a.gpu_id, a.pool_id FROM (
+    SELECT lg.lease_id, lg.gpu_id, CASE WHEN h.id IS NOT NULL THEN h.pool_id
+        ELSE (SELECT x.pool_id FROM {_LEASES} x WHERE x.id = lg.lease_id) END AS pool_id
+    FROM {_LINKS} lg LEFT JOIN {_LEASES} h ON h.id = lg.lease_id AND h.state IN ({_HOLDING})
+    WHERE lg.active) a
+WHERE a.pool_id = %(pool)s OR a.gpu_id IN (SELECT g.id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
+"""

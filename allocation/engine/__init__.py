@@ -63,16 +63,19 @@ class PassReport:
     freed_now: int = 0  # preempted leases whose GPUs were freed within the pass
 
 
-# PASS_NO_JIT: a pass runs with JIT off. PostgreSQL compiles a statement whose estimated cost
-# passes jit_above_cost (100,000 by default), which the reads over tens of thousands of GPUs or
-# links reach: 25 ms of compiling for a 17 ms read of 50 pools' links (bench/bench_scale.py). A
-# pass's statements are short indexed reads and set-based writes: compiling them never pays.
-
-
-def lock_pool(pool_id: int, *, no_jit: bool = False) -> datetime:
+def lock_pool(pool_id: int, *, wait: bool = True) -> datetime | None:
     """Take the pool's scheduling lock for the rest of the current transaction; returns the
-    database's clock once it is held (the one clock every grant's `expires_at` counts from)."""
-    return advisory_xact_lock(POOL_LOCKS, pool_id, no_jit=no_jit)
+    database's clock once it is held (the one clock every grant's `expires_at` counts from), or
+    None at once without `wait` when another transaction holds it.
+
+    The rest of the transaction runs without JIT compilation, set by the lock's own statement.
+    PostgreSQL compiles a statement whose estimated cost passes jit_above_cost (100,000 by
+    default), which a pass's reads over tens of thousands of GPUs or links reach: 25 ms of
+    compiling for a 17 ms read of 50 pools' links (bench/bench_scale.py). What runs under this
+    lock is short indexed reads and set-based writes: compiling them never pays."""
+    if wait:
+        return advisory_xact_lock(POOL_LOCKS, pool_id, no_jit=True)
+    return advisory_xact_try_lock(POOL_LOCKS, pool_id, no_jit=True)
 
 
 def run_pass(pool_ids: list[int] | None = None, *, policy: str | None = None,
@@ -120,9 +123,7 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
         with transaction.atomic():
             # The database's clock, not this worker's: a lease's expires_at is later
             # compared with it by whichever process reaps or renews (core.db.db_now).
-            # JIT off for the pass (PASS_NO_JIT), set by the lock's own statement.
-            now = (lock_pool(pool.pk, no_jit=True) if wait
-                   else advisory_xact_try_lock(POOL_LOCKS, pool.pk, no_jit=True))
+            now = lock_pool(pool.pk, wait=wait)
             if now is None:
                 return None
             if not wait:

@@ -44,7 +44,7 @@ from allocation.policy.types import (
     Snapshot,
 )
 from allocation.policy.where import Selector, selector_of, tags_of
-from allocation.running_links import active_links
+from allocation.running_links import LINKS_SQL
 from inventory.choices import Health, HostState
 from inventory.models import Pool
 
@@ -61,13 +61,6 @@ SELECT g.id, g.host_id, g.model, g.memory_mb, g.health, g."foreign", g.mig_profi
        g.id IN (SELECT c.parent_id FROM inventory_gpu c WHERE c.pool_id = %(pool)s AND c.parent_id IS NOT NULL),
        g.nvlink_island
 FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone
-"""
-# In one read (allocation/running_links.py: its cost is what runs, not the lease history): the
-# active links of the pool's leases, and those on the pool's GPUs held by another pool's lease,
-# each with its lease's pool.
-LINKS_SQL = f"""
-SELECT a.lease_id::text, a.gpu_id, a.pool_id FROM ({active_links("pool_id")}) a
-WHERE a.pool_id = %(pool)s OR a.gpu_id IN (SELECT g.id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 HOST_SQL = """
 SELECT h.id, h.name, h.state, h.driver_version, h.cuda_version, s.name, s.kind
