@@ -54,7 +54,7 @@ def parse_database_url(url: str, *, conn_max_age: int = 0, conn_health_checks: b
     except ProgrammingError as error:  # libpq's own words, which may quote the URL: password hidden
         message = _PASSWORD.sub(r"\1***@", str(error).strip())
         raise DatabaseUrlError(f"DATABASE_URL is not a URL libpq accepts: {message}") from None
-    entry: dict[str, Any] = {"ENGINE": "django.db.backends.postgresql",
+    entry: dict[str, Any] = {"ENGINE": "core.db.postgresql",  # Django's, health check aside
                              **{key: params.pop(name, "") for name, key in _FIELDS.items()},
                              "CONN_MAX_AGE": conn_max_age, "CONN_HEALTH_CHECKS": conn_health_checks,
                              "DISABLE_SERVER_SIDE_CURSORS": False}

@@ -52,7 +52,7 @@ def test_one_server_is_read_as_before_without_defaults() -> None:
     assert (db["NAME"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"]) == (
         "gpupool", "gpupool", "s@cret", "db.internal", "5432")
     assert db["OPTIONS"] == {"sslmode": "require"}
-    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert db["ENGINE"] == "core.db.postgresql"
     socket = parse_database_url("postgres://postgres@%2Ftmp%2Fgpupool-pg:5432/gpupool")  # the embedded engine
     assert (socket["HOST"], socket["PORT"], socket["OPTIONS"]) == ("/tmp/gpupool-pg", "5432", {})
     assert is_local(socket) and not is_local(db)
