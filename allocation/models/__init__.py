@@ -164,8 +164,10 @@ class Lease(models.Model):
     # waiting for its workload to stop; `end_state` is where it goes once it has.
     ending_since = models.DateTimeField(null=True, blank=True)
     end_state = models.CharField(max_length=16, choices=LeaseState.choices, blank=True, default="")
+    # Not indexed (0022): no query looks leases up by their preemptor, and leases are not deleted
+    # (the one use Django's SET_NULL would make of it); an entry at every insert and state change.
     preempted_by = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
-                                     related_name="preempted")
+                                     related_name="preempted", db_index=False)
     binding_kind = models.CharField(max_length=16, choices=BindingKind.choices, blank=True,
                                     default=BindingKind.NONE)
     binding_spec = models.JSONField(default=dict, blank=True)
@@ -293,16 +295,23 @@ class LeaseGpu(models.Model):
 class AuditEvent(models.Model):
     at = models.DateTimeField(default=timezone.now, db_index=True)
     actor = models.CharField(max_length=150, help_text="User name, or system:<component>.")
-    action = models.CharField(max_length=64, db_index=True)
+    action = models.CharField(max_length=64)
     object_type = models.CharField(max_length=32)
-    object_id = models.CharField(max_length=64, db_index=True)
+    object_id = models.CharField(max_length=64)
+    # No constraint in the database (0022): the log names the lease, as the outbox does; a check
+    # at every commit of its three events a lease, for leases that are never deleted.
     lease = models.ForeignKey(Lease, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="audit_events")
+                              related_name="audit_events", db_constraint=False)
     message = models.TextField(blank=True, default="")
     data = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
+        # Three events a lease, each an entry in every index (0022): one index per column looked up.
+        # `action` is matched whole and by prefix (the API's `action_prefix`): the pattern index
+        # serves both; `object_id` is matched whole only.
+        indexes = [models.Index(fields=["action"], opclasses=["varchar_pattern_ops"], name="audit_action"),
+                   models.Index(fields=["object_id"], name="audit_object_id")]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}:{self.object_id}"
@@ -382,6 +391,7 @@ class PoolScheduling(IdleReclaimFields):
 from allocation.models.ledger import UsageLedger  # noqa: E402, F401
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
+from allocation.models.queues import QueueBound  # noqa: E402, F401
 from allocation.models.reservations import Reservation  # noqa: E402, F401
 from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
 from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401

@@ -165,9 +165,12 @@ def _admit(pending: list[_Pending], results: list[ItemResult]) -> list[_Pending]
     order) and counted once, then the items take their places."""
     capped = {(p.lease.pool_id, p.lease.team_id): p.caps for p in pending
               if p.caps.pending_leases_per_team is not None or p.caps.pending_gpus_per_team is not None}
+    # Every queue written is locked here, in key order, capped or not: the lease trigger that
+    # bumps a queue's bound (allocation.models.queues) takes the same lock for each row inserted,
+    # in row order, where a bound is kept (a pool may have had caps once).
+    queues = _lock_and_count(sorted({(p.lease.pool_id, p.lease.team_id) for p in pending}), sorted(capped))
     if not capped:
         return pending
-    queues = _lock_and_count(sorted(capped))
     admitted = []
     for p in pending:
         queue = (p.lease.pool_id, p.lease.team_id)
@@ -184,15 +187,18 @@ def _admit(pending: list[_Pending], results: list[ItemResult]) -> list[_Pending]
     return admitted
 
 
-def _lock_and_count(queues: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[int, int]]:
-    """Lock the (pool, team) queues, then count their pending leases and GPUs. Two statements: the
-    count's snapshot is taken after the locks are held, so it sees every lease committed by the
-    creators that held them before (queue_caps' rule)."""
-    keys = sorted(advisory_key(QUEUE_LOCKS, pool, team) for pool, team in queues)
+def _lock_and_count(locked: list[tuple[int, int]], queues: list[tuple[int, int]]
+                    ) -> dict[tuple[int, int], tuple[int, int]]:
+    """Lock the (pool, team) queues `locked`, then count the pending leases and GPUs of `queues`.
+    Two statements: the count's snapshot is taken after the locks are held, so it sees every lease
+    committed by the creators that held them before (queue_caps' rule)."""
+    keys = sorted(advisory_key(QUEUE_LOCKS, pool, team) for pool, team in locked)
     table = Lease._meta.db_table
     with connection.cursor() as cur:
         cur.execute("SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(%s::bigint[]) AS k ORDER BY k) AS o",
                     [keys])
+        if not queues:
+            return {}
         cur.execute(f"SELECT pool_id, team_id, count(*), COALESCE(sum(gpu_count), 0) FROM {table} "
                     "WHERE state = %s AND (pool_id, team_id) IN (SELECT * FROM unnest(%s::int[], %s::int[])) "
                     "GROUP BY pool_id, team_id",

@@ -60,6 +60,51 @@ def test_no_index_repeats_the_lead_of_another(table: str) -> None:
     assert repeated == []
 
 
+@pytest.mark.parametrize("table", ["allocation_lease", "allocation_leasegpu", "allocation_leaseusage",
+                                   "allocation_auditevent"])
+def test_no_two_indexes_cover_the_same_columns(table: str) -> None:
+    """A column's plain index and its LIKE twin (what `db_index=True` makes of a CharField) are
+    two entries at every insert where one serves every look-up (migration allocation 0022)."""
+    seen: dict[tuple[str, ...], str] = {}
+    twins = []
+    for name, columns in sorted(_indexes(table).items()):
+        if tuple(columns) in seen:
+            twins.append((seen[tuple(columns)], name))
+        seen[tuple(columns)] = name
+    assert twins == []
+
+
+def test_no_index_on_what_no_query_looks_up() -> None:
+    """A lease's preemptor is read with the lease, never looked up; leases are never deleted, the
+    one use Django's SET_NULL would make of an index on it (migration allocation 0022)."""
+    assert [name for name, cols in _indexes("allocation_lease").items() if "preempted_by_id" in cols] == []
+
+
+def test_the_audit_log_checks_no_key_at_commit() -> None:
+    """Three audit events a lease, each a key-share check of the lease row at commit with a
+    foreign key constraint; the log names leases that are never deleted (migration 0022)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT conname FROM pg_constraint WHERE conrelid = 'allocation_auditevent'::regclass "
+                    "AND contype = 'f'")
+        assert cur.fetchall() == []
+
+
+@pytest.mark.parametrize(("where", "index"), [
+    ("action = 'lease.preempt'", "audit_action"),  # pool.metrics
+    ("action LIKE 'lease.%%'", "audit_action"),  # the API's action_prefix
+    ("object_id = 'x'", "audit_object_id"),
+])
+def test_the_audit_logs_look_ups_have_their_index(where: str, index: str) -> None:
+    with connection.cursor() as cur:
+        cur.execute("SET enable_seqscan = off")  # an empty table: whether it can, not whether it pays
+        try:
+            cur.execute(f"EXPLAIN SELECT id FROM allocation_auditevent WHERE {where}")
+            plan = "\n".join(row[0] for row in cur.fetchall())
+        finally:
+            cur.execute("RESET enable_seqscan")
+    assert index in plan, plan
+
+
 def test_a_creates_queue_count_reads_the_partial_index_under_a_generic_plan(fleet: Any) -> None:
     """The create statement is prepared (GPUPOOL_DB_PREPARE); after five executions PostgreSQL
     may keep a generic plan, which can use the partial index of pending leases only when the
@@ -73,14 +118,19 @@ def test_a_creates_queue_count_reads_the_partial_index_under_a_generic_plan(flee
     team = teams[0]
     guard = queue_guard(pool_id=pool.pk, team_id=team.pk, gpus=1, caps=QueueCaps(pending_leases_per_team=10))
     assert guard is not None
-    sql, params = dict(guard.ctes)["queue"]
+    ctes = dict(guard.ctes)  # the count, as the create's statement runs it: after the bound's look-up
+    sql = f"WITH queue_bound AS ({ctes['queue_bound'][0]}) {ctes['queue_count'][0]}"
+    params = [*ctes["queue_bound"][1], *ctes["queue_count"][1]]
+    numbered = sql
+    for n in range(1, len(params) + 1):
+        numbered = numbered.replace("%s", f"${n}", 1)
     with connection.cursor() as cur:
         cur.execute("ANALYZE allocation_lease")
-        cur.execute("PREPARE queue_count(bigint, bigint) AS " + sql.replace("%s", "$1", 1).replace("%s", "$2", 1))
+        cur.execute(f"PREPARE queue_count({', '.join(['bigint'] * len(params))}) AS {numbered}")
         try:
             cur.execute("SET plan_cache_mode = force_generic_plan")
             cur.execute("SET enable_seqscan = off")  # 400 rows: whether it can, not whether it pays
-            cur.execute("EXPLAIN EXECUTE queue_count(%s, %s)", params)
+            cur.execute(f"EXPLAIN EXECUTE queue_count({', '.join(['%s'] * len(params))})", params)
             plan = "\n".join(row[0] for row in cur.fetchall())
         finally:
             cur.execute("DEALLOCATE queue_count; RESET plan_cache_mode; RESET enable_seqscan")
