@@ -17,7 +17,9 @@ processes (one per pool, asyncio), each following its teams' grants on the Serve
 stream (`leases/events/`), never polling. A preempted lease is asked for again, as Kueue requeues.
 
 Prints wall time and its ratio to Kueue's 351 s, mean and p99 time to grant per class,
-preemptions, API errors, and server CPU seconds per lease (gpupool's processes; PostgreSQL apart).
+preemptions, API errors, and server CPU seconds per lease (gpupool's processes; PostgreSQL apart);
+then the run's shape every 10 s (bench/run_shape.py): the machine's CPU busy, the capacity held,
+the queues and the grants a second.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import _stack
+from bench import _stack, run_shape
 
 KUEUE_WALL_S = 351.0
 KUEUE_MEAN_WAIT_S = {"small": 215.5, "medium": 76.8, "large": 6.7}
@@ -292,6 +294,8 @@ def main() -> None:
         pids = [p.pid for p in procs.values()]
         cpu0, pg0 = _stack.cpu_seconds(pids), _stack.postgres_cpu_seconds()
         each0 = {name: _stack.cpu_seconds([p.pid]) for name, p in procs.items()}
+        sampler = run_shape.CpuSampler()
+        sampler.start()
         started = time.monotonic()
         clients = [subprocess.Popen([sys.executable, __file__, "--client", "--url", url, "--pool", str(p),
                                      "--scale", str(args.scale), "--out", str(out_dir / f"client-{p}.json"),
@@ -305,6 +309,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 client.kill()
         wall = time.monotonic() - started
+        sampler.stop()
         children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the clients are the only children reaped
         clients_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
         cpu, pg = _stack.cpu_seconds(pids) - cpu0, _stack.postgres_cpu_seconds() - pg0
@@ -314,6 +319,7 @@ def main() -> None:
           + f"; the load generator (5 client processes) {clients_cpu:.1f} s")
     report([json.loads((out_dir / f"client-{p}.json").read_text()) for p in range(POOLS)
             if (out_dir / f"client-{p}.json").exists()], wall, cpu, pg, check, args.scale, occupancy)
+    run_shape.print_timeline(env["DATABASE_URL"], sampler.samples, capacity_gpus=POOLS * 120)
 
 
 def _ledger_check(env: dict[str, str]) -> tuple[dict[str, int], dict[str, Any]]:
