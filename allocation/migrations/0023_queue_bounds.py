@@ -10,10 +10,10 @@ counts."""
 
 from django.db import migrations, models
 
-from core.db import QUEUE_LOCKS
+from core.db import QUEUE_LOCKS, advisory_key_sql
 
-# core.db.advisory_key(QUEUE_LOCKS, pool, team), in SQL.
-_KEY = f"(({QUEUE_LOCKS}::bigint << 48) | ((NEW.pool_id::bigint & 16777215) << 24) | (NEW.team_id::bigint & 16777215))"
+# core.db.advisory_key(QUEUE_LOCKS, pool, team): the lock every create of the queue holds.
+_KEY = advisory_key_sql(QUEUE_LOCKS, "NEW.pool_id", "NEW.team_id")
 
 _FORWARD = f"""
 ALTER TABLE allocation_queuebound SET (fillfactor = 50);

@@ -39,6 +39,13 @@ def advisory_key(namespace: int, key: int, second: int | None = None) -> int:
     return (namespace << 48) | ((key & 0xFFFFFF) << 24) | (second & 0xFFFFFF)
 
 
+def advisory_key_sql(namespace: int, key: str, second: str) -> str:
+    """`advisory_key(namespace, key, second)` as an SQL expression over the SQL `key` and `second`
+    (columns, or a trigger's `NEW.pool_id`): the same bits, for a lock taken inside the database
+    that must be the one the application takes (allocation/migrations/0023_queue_bounds.py)."""
+    return f"(({namespace}::bigint << 48) | ((({key})::bigint & 16777215) << 24) | (({second})::bigint & 16777215))"
+
+
 def _lock_sql(function: str, no_jit: bool) -> str:
     # set_config(…, true) is SET LOCAL, riding with the lock: no statement more.
     return f"SELECT {function}(%s), clock_timestamp()" + (", set_config('jit', 'off', true)" if no_jit else "")

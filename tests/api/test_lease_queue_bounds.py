@@ -12,7 +12,7 @@ from django.db import OperationalError, connection, connections, transaction
 
 from allocation.engine import run_pass
 from allocation.models import Lease, QueueBound
-from core.db import QUEUE_LOCKS, advisory_key
+from core.db import QUEUE_LOCKS, advisory_key, advisory_key_sql
 
 FLEET = """
 pools: [{name: gpus, queue_caps: {pending_leases_per_team: 3, pending_gpus_per_team: 10}}, {name: open}]
@@ -128,3 +128,11 @@ def test_the_trigger_takes_the_queue_lock_creates_hold(ann: Any) -> None:
         connections.close_all()
     Lease.objects.filter(pk=lease.pk).update(state="pending")  # the lock free again: it goes through
     assert _bound() == (2, 16)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("pool", "team"), [(1, 2), (16_777_215, 3), (16_777_217, 2**31 - 1)])
+def test_the_triggers_lock_key_is_the_applications(pool: int, team: int) -> None:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {advisory_key_sql(QUEUE_LOCKS, '%s', '%s')}", [pool, team])
+        assert cur.fetchone()[0] == advisory_key(QUEUE_LOCKS, pool, team)
