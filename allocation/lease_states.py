@@ -196,23 +196,29 @@ def _free_gpus_ctes(lease_ids: Sequence[Any], *, clear_ending: bool = True) -> l
     ids = [Lease._meta.pk.get_db_prep_value(pk, connection) for pk in lease_ids]
     links, gpus, hosts = LeaseGpu._meta.db_table, Gpu._meta.db_table, Host._meta.db_table
     # Lock order, as every writer keeps it: lease (the caller's), host, GPU. `host_locks`
-    # share-locks the hosts first (the EXISTS below is a one-time filter, run before any GPU row
-    # is locked), so freeing waits for a cordon in flight instead of deadlocking with it; and the
-    # freed GPUs' state comes from the locked host rows, which are the committed versions, not
-    # from this statement's snapshot (a cordon committing meanwhile would read as ready: `free`).
+    # share-locks the hosts first, so freeing waits for a cordon in flight instead of deadlocking
+    # with it; and the freed GPUs' state comes from the locked host rows, which are the committed
+    # versions, not from this statement's snapshot (a cordon committing meanwhile would read as
+    # ready: `free`). Its count is a one-time filter of `locked_gpus`: a count reads, and so locks,
+    # every host row before any GPU row is locked (an EXISTS stopped at the first host: a lease on
+    # two hosts then locked its GPUs while waiting for the second host's cordon, a deadlock).
+    # Every row is found by key, `= ANY(ARRAY(...))`: a plan that cannot turn into a scan of the
+    # whole GPU table whatever the statistics say (on tables never analysed, a join estimated
+    # 300 links a lease and a release read every GPU of the fleet twice).
     gpu_state = gpu_state_sql(gpu="g", host_state="(SELECT hl.state FROM host_locks AS hl WHERE hl.id = g.host_id)",
                               leased="false")
+    lease_gpus = f"SELECT lg.gpu_id FROM {links} AS lg WHERE lg.active AND lg.lease_id = ANY(%s)"
     ctes: list[tuple[str, Statement]] = [
         ("freed_links", (f"UPDATE {links} SET active = false WHERE active AND lease_id = ANY(%s) RETURNING gpu_id",
                          [ids])),
-        ("host_locks", (f"SELECT h.id, h.state FROM {hosts} AS h WHERE h.id IN (SELECT g.host_id FROM {gpus} AS g "
-                        f"JOIN {links} AS lg ON lg.gpu_id = g.id WHERE lg.active AND lg.lease_id = ANY(%s)) "
+        ("host_locks", (f"SELECT h.id, h.state FROM {hosts} AS h WHERE h.id = ANY(ARRAY("
+                        f"SELECT g.host_id FROM {gpus} AS g WHERE g.id = ANY(ARRAY({lease_gpus})))) "
                         "ORDER BY h.id FOR SHARE", [ids])),
         # GPU rows locked in id order, as every multi-row GPU writer does (core.db.bulk.bulk_set).
-        ("locked_gpus", (f"SELECT id FROM {gpus} WHERE id IN (SELECT gpu_id FROM freed_links) "
-                         "AND EXISTS (SELECT 1 FROM host_locks) ORDER BY id FOR UPDATE", [])),
+        ("locked_gpus", (f"SELECT id FROM {gpus} WHERE id = ANY(ARRAY(SELECT gpu_id FROM freed_links)) "
+                         "AND (SELECT count(*) FROM host_locks) > 0 ORDER BY id FOR UPDATE", [])),
         ("freed_gpus", (f"UPDATE {gpus} AS g SET leased = false, state = {gpu_state} "
-                        "WHERE g.id IN (SELECT id FROM locked_gpus)", [])),
+                        "WHERE g.id = ANY(ARRAY(SELECT id FROM locked_gpus))", [])),
     ]
     if clear_ending:
         ctes.append(("cleared", (f"UPDATE {Lease._meta.db_table} SET ending_since = NULL WHERE id = ANY(%s)",

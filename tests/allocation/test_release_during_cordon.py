@@ -297,3 +297,34 @@ def test_two_drains_end_their_teams_leases_in_one_order(granted, threads, caplog
     assert set(Lease.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"preempted"}
     _check_consistent(ids)
     _no_retries(caplog)
+
+
+def test_a_release_across_two_hosts_locks_both_hosts_before_any_gpu(apply_yaml, make_user, api, threads,
+                                                                     caplog) -> None:
+    """A lease on two hosts, released while a cordon of the second host holds that host's row
+    and is about to refresh its GPUs. The release must wait for the host before it locks a GPU
+    (lease, host, GPU: the order every writer keeps); had it locked the GPUs after the first
+    host only, the cordon's GPU refresh would wait for it while it waits for the cordon."""
+    from inventory import services as inventory_services
+
+    apply_yaml(FLEET % {"hosts": 2})
+    client = api(make_user("ann", teams=("a",)))
+    lease_id = client.post("/api/v1/leases/", {"pool": "gpus", "gpus": 8, "team": "a", "same_host": False},
+                           format="json").json()["id"]
+    run_pass()
+    assert Lease.objects.get(pk=lease_id).state == "granted"
+    first, second = Host.objects.order_by("pk")
+    arrived, go = threads.hold(inventory_services, "gpu_refresh_states", thread="cordon")
+    cordon = threads.start("cordon", lambda: host_admin_action(host=second, verb="cordon", actor="root"))
+    assert arrived.wait(WAIT_S)
+    release = threads.start("release", lambda: lease_release(lease=lease_id, actor="ann"))
+    _wait_blocked(release, cordon)
+    assert _lockable_now("SELECT id FROM inventory_gpu WHERE host_id = ANY(%s) FOR UPDATE NOWAIT",
+                         [[first.pk, second.pk]])
+    go.set()
+    assert cordon.finish().admin_state == "cordoned"
+    assert release.finish().state == "released"
+    states = dict(Gpu.objects.values_list("host_id", "state").distinct())
+    assert states == {first.pk: "free", second.pk: "cordoned"}
+    _check_consistent([lease_id])
+    _no_retries(caplog)
