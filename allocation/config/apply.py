@@ -41,7 +41,15 @@ from allocation.config.apply_topology import apply_topology, export_topology
 from allocation.config.apply_tree import apply_parents, team_export, tree_reference_errors
 from allocation.config.idle import idle_reclaim_export
 from allocation.config.queue_caps import queue_caps_export
-from allocation.models import IdleReclaimFields, PoolScheduling, PriorityClass, Quota, SchedulerSettings, Team
+from allocation.models import (
+    IdleReclaimFields,
+    PoolScheduling,
+    PriorityClass,
+    QueueBound,
+    Quota,
+    SchedulerSettings,
+    Team,
+)
 from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.idle import IdleReclaim
 from allocation.services.budgets import budgets_refresh
@@ -146,6 +154,11 @@ def _apply_pool_queue_caps(pool: Pool, caps: QueueCaps, changes: list[str]) -> N
         row = PoolScheduling(pool=pool)
     if _set(row, asdict(caps), f"pool {pool.name} queue_caps", changes):
         row.save()
+        if caps.pending_leases_per_team is None and caps.pending_gpus_per_team is None:
+            # Nothing reads the pool's queue bounds any more; left there, the lease trigger
+            # would go on locking and raising them at every create (allocation.models.queues).
+            # Caps given again later start from a count, as a queue with no bound does.
+            QueueBound.objects.filter(pool_id=pool.pk).delete()
 
 
 def _apply_pool_idle_reclaim(pool: Pool, rule: IdleReclaim | None, changes: list[str]) -> None:

@@ -136,3 +136,18 @@ def test_the_triggers_lock_key_is_the_applications(pool: int, team: int) -> None
     with connection.cursor() as cur:
         cur.execute(f"SELECT {advisory_key_sql(QUEUE_LOCKS, '%s', '%s')}", [pool, team])
         assert cur.fetchone()[0] == advisory_key(QUEUE_LOCKS, pool, team)
+
+
+@pytest.mark.django_db
+def test_a_pool_whose_caps_are_removed_keeps_no_bound(ann: Any, apply_yaml: Any) -> None:
+    assert [_post(ann).status_code for _ in range(2)] == [201, 201]
+    assert _bound() == (2, 2)
+    apply_yaml(FLEET.replace("queue_caps: {pending_leases_per_team: 3, pending_gpus_per_team: 10}",
+                             "queue_caps: {pending_leases_per_team: null, pending_gpus_per_team: null}"))
+    assert _bound() is None
+    assert [_post(ann).status_code for _ in range(4)] == [201] * 4  # uncapped: no bound written again
+    assert _bound() is None  # so the trigger found none to raise, and took no lock
+    apply_yaml(FLEET)  # capped again: the first create counts the queue, and is refused
+    answer = _post(ann)
+    assert answer.status_code == 429 and answer.json()["code"] == "queue_full"
+    assert _bound() == (6, 6) == _pending()
