@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from allocation.choices import END_STATES
 from allocation.models import Lease, LeaseGpu, workload_exit_code
-from allocation.selectors import as_lease_id, lease_list, lease_row, with_names
+from allocation.selectors import as_lease_id, gpu_links_split, lease_list, lease_row, with_names
 from allocation.workloads.stopping import stopping_view
 from core.api.renderers import drf_datetime
 from core.db.statements import compiled_values, execute
@@ -104,15 +104,13 @@ def lease_rows(queryset: QuerySet[Lease]) -> QuerySet[Any]:
 def render_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Lease JSON for `lease_rows` rows (for rows without their GPU links, one query reads
     those of all of them)."""
-    missing = [row["id"] for row in rows if "gpu_uuids" not in row]
+    missing = [row["id"] for row in rows if "gpu_link_pairs" not in row]
     links = _links(missing) if missing else {}
     tz = timezone.get_current_timezone()
     out = []
     for row in rows:
-        if "gpu_uuids" in row:
-            uuids, actives = row["gpu_uuids"], row["gpu_active"]
-        else:
-            uuids, actives = links.get(row["id"], ((), ()))
+        pairs = row.get("gpu_link_pairs")
+        uuids, actives = gpu_links_split(pairs) if pairs is not None else links.get(row["id"], ((), ()))
         out.append(_render(row, uuids, actives, tz))
     return out
 
@@ -157,9 +155,9 @@ def lease_dict(lease: Lease, gpus: Sequence[str] | None = None) -> dict[str, Any
             row[name] = getattr(related, attr) if related is not None else None
     if gpus is not None:
         return _render(row, gpus, [True] * len(gpus))
-    uuids = getattr(lease, "gpu_uuids", None)  # set by selectors.with_gpus
-    if uuids is not None:
-        return _render(row, uuids, getattr(lease, "gpu_active"))  # noqa: B009 (annotation, not a field)
+    links = getattr(lease, "gpu_link_pairs", None)  # set by selectors.with_gpus
+    if links is not None:
+        return _render(row, *gpu_links_split(links))
     return render_rows([row])[0]
 
 
