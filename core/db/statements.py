@@ -73,18 +73,20 @@ def insert_sql(obj: models.Model, *, source: str | None = None, ignore_conflicts
     return _insert_text(type(obj), source, ignore_conflicts, returning), params
 
 
-def update_sql(obj: models.Model) -> Statement:
-    """UPDATE of every concrete field of one instance, by primary key (what save() writes)."""
+def update_sql(obj: models.Model, fields: Sequence[str] | None = None) -> Statement:
+    """UPDATE of one instance by primary key: of every concrete field (what save() writes), or of
+    `fields` only (what save(update_fields=…) writes), each through its own get_db_prep_save."""
     meta, db = obj._meta, _database()
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    params = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in fields]
+    key = ("update", type(obj), tuple(fields) if fields is not None else None)
+    chosen = [f for f in meta.concrete_fields if not f.primary_key and (fields is None or f.name in fields)]
+    assert fields is None or len(chosen) == len(set(fields)), f"not concrete fields of {meta.label}: {fields}"
+    params = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in chosen]
     pk = meta.pk
     assert pk is not None
     params.append(pk.get_db_prep_value(obj.pk, db))
-    key = ("update", type(obj))
     sql = _texts.get(key)
     if sql is None:
-        assignments = ", ".join(f"{_quote(f.column)} = %s" for f in fields)
+        assignments = ", ".join(f"{_quote(f.column)} = %s" for f in chosen)
         sql = _texts[key] = f"UPDATE {_quote(meta.db_table)} SET {assignments} WHERE {_quote(pk.column)} = %s"
     return sql, params
 
