@@ -18,6 +18,7 @@ from allocation.engine import run_pass
 from allocation.engine.snapshot import read_pool
 from allocation.ledger import team_usage_views
 from allocation.models import Lease
+from tests.support.statistics import STATISTICS, set_statistics
 
 pytestmark = pytest.mark.django_db
 
@@ -104,7 +105,7 @@ def _lease_rows_read(sql: str) -> int:
         return int(cur.fetchone()[0]) - int(before)
 
 
-@pytest.mark.parametrize("statistics", ["never analysed", "analysed"])
+@pytest.mark.parametrize("statistics", STATISTICS)
 def test_the_running_usage_reads_the_running_leases_not_the_queue(fleet, leases, statistics) -> None:
     """Each pass sums the running leases' GPUs per team (team_usage_views). A pending lease has
     neither a grant time nor an active link: reading the queue too cost a heap page per pending
@@ -117,10 +118,5 @@ def test_the_running_usage_reads_the_running_leases_not_the_queue(fleet, leases,
     run_pass([pool.pk])
     leases(pool, 2_000, gpus=1)  # a long queue that waits
     assert Lease.objects.filter(pool=pool, state="granted").count() == 8
-    tables = [Lease._meta.db_table, "allocation_leasegpu"]
-    with connection.cursor() as cur:
-        if statistics == "analysed":
-            cur.execute(f"ANALYZE {', '.join(tables)}")
-        else:  # as PostgreSQL has them for a table no ANALYZE has seen
-            cur.execute("DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [tables])
+    set_statistics([Lease._meta.db_table, "allocation_leasegpu"], statistics)
     assert _lease_rows_read(RUNNING_SQL) <= 16  # the running leases, or one per active link
