@@ -38,21 +38,22 @@ def _generic_plan(lease_id: str) -> str:
 
 
 def _add_history(links: int) -> None:
-    """`links` GPU links of released leases (one lease per 4 links), as a pool's history leaves
-    them: the link table outgrows the GPU table."""
+    """`links` GPU links of released leases (40 a lease: few lease rows, which the test's rollback
+    leaves behind as dead pages), as a pool's history leaves them: the link table outgrows the GPU
+    table."""
     table, link_table = Lease._meta.db_table, "allocation_leasegpu"
     skip = ("id", "state", "ended_at", "idempotency_key")
     columns = [f.column for f in Lease._meta.local_concrete_fields if f.column and f.column not in skip]
     listed = ", ".join(columns)
     with connection.cursor() as cur:
         cur.execute("CREATE TEMP TABLE old_leases AS SELECT gen_random_uuid() AS id, n FROM generate_series(1, %s) n",
-                    [links // 4])
+                    [links // 40])
         cur.execute(f"INSERT INTO {table} (id, state, ended_at, idempotency_key, {listed}) "
                     f"SELECT o.id, 'released', now(), '', {listed} FROM old_leases o, "
                     f"(SELECT * FROM {table} ORDER BY id LIMIT 1) AS l")
         cur.execute(f"INSERT INTO {link_table} (lease_id, gpu_id, active) SELECT o.id, g.id, false "
                     "FROM old_leases o CROSS JOIN LATERAL (SELECT id FROM inventory_gpu "
-                    "ORDER BY (id + o.n) % 97 LIMIT 4) AS g")
+                    "ORDER BY (id + o.n) % 97 LIMIT 40) AS g")
 
 
 @pytest.mark.parametrize("statistics", STATISTICS)
