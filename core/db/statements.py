@@ -41,6 +41,7 @@ def _database() -> Any:
 
 # The SQL text of a model's INSERT or UPDATE depends on the model and the options only: built once.
 _texts: dict[tuple[Any, ...], str] = {}
+_updates: dict[tuple[Any, ...], tuple[list[Any], str]] = {}  # UPDATE: its fields, and its text
 
 
 def _insert_fields(meta: Any) -> list[Any]:
@@ -78,16 +79,18 @@ def update_sql(obj: models.Model, fields: Sequence[str] | None = None) -> Statem
     `fields` only (what save(update_fields=…) writes), each through its own get_db_prep_save."""
     meta, db = obj._meta, _database()
     key = ("update", type(obj), tuple(fields) if fields is not None else None)
-    chosen = [f for f in meta.concrete_fields if not f.primary_key and (fields is None or f.name in fields)]
-    assert fields is None or len(chosen) == len(set(fields)), f"not concrete fields of {meta.label}: {fields}"
-    params = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in chosen]
     pk = meta.pk
     assert pk is not None
-    params.append(pk.get_db_prep_value(obj.pk, db))
-    sql = _texts.get(key)
-    if sql is None:
+    built = _updates.get(key)
+    if built is None:  # the fields and the text depend on the model and `fields` only: built once
+        chosen = [f for f in meta.concrete_fields if not f.primary_key and (fields is None or f.name in fields)]
+        assert fields is None or len(chosen) == len(set(fields)), f"not concrete fields of {meta.label}: {fields}"
         assignments = ", ".join(f"{_quote(f.column)} = %s" for f in chosen)
-        sql = _texts[key] = f"UPDATE {_quote(meta.db_table)} SET {assignments} WHERE {_quote(pk.column)} = %s"
+        text = f"UPDATE {_quote(meta.db_table)} SET {assignments} WHERE {_quote(pk.column)} = %s"
+        built = _updates[key] = (chosen, text)
+    chosen, sql = built
+    params = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in chosen]
+    params.append(pk.get_db_prep_value(obj.pk, db))
     return sql, params
 
 
