@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 
 from allocation.audit import AuditRow
 from allocation.choices import LeaseState
-from allocation.engine.snapshot import PendingRow, PoolRead
+from allocation.engine.snapshot import PendingRow, PoolRead, remember_written, version_sql
 from allocation.events import LeaseChange
 from allocation.lease_states import leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
-from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
+from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns, bulk_update_returning
 from inventory.choices import GpuState
 from inventory.models import Gpu, Pool
 
@@ -236,5 +236,11 @@ def write_explanations(pool: Pool, read: PoolRead, decisions: Decisions, now: da
     if not head:
         return set()
     keys, codes, reasons, positions, starts = (list(c) for c in zip(*head, strict=True))
-    return bulk_update_columns(Lease, keys, ["pending_code", "reason", "queue_position", "estimated_start"],
-                               [codes, reasons, positions, starts], only_if={"state": LeaseState.PENDING})
+    versions = bulk_update_returning(Lease, keys, ["pending_code", "reason", "queue_position", "estimated_start"],
+                                     [codes, reasons, positions, starts], only_if={"state": LeaseState.PENDING},
+                                     returning=version_sql("t"))
+    written = {lease_id: (versions[lease_id], read.pending[lease_id]._replace(
+        pending_code=code, reason=reason, queue_position=position, estimated_start=start))
+        for lease_id, code, reason, position, start in head if lease_id in versions}
+    remember_written(pool.pk, written)
+    return set(versions)

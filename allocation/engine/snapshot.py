@@ -91,7 +91,12 @@ WHERE {where}
 # differs from the one this process read before are read whole (PENDING_SQL, by id), so a pass
 # over a queue of thousands, where a pass changes the first hundred explanations and a few leases
 # come and go, reads those few.
-_VERSION = "l.xmin::text || l.ctid::text"
+def version_sql(alias: str) -> str:
+    """A row's version, as the pass compares it (the row of `alias`)."""
+    return f"{alias}.xmin::text || {alias}.ctid::text"
+
+
+_VERSION = version_sql("l")
 PENDING_VERSIONS_SQL = f"""
 SELECT l.id::text, {_VERSION} FROM allocation_lease l
 WHERE l.pool_id = %(pool)s AND l.state = '{LeaseState.PENDING.value}'
@@ -182,6 +187,17 @@ def forget() -> None:
     """Drop every pool's reused views (the next pass builds all of them, as a new process would)."""
     with _MEMO_LOCK:
         _MEMOS.clear()
+
+
+def remember_written(pool_id: int, rows: dict[str, tuple[str, PendingRow]]) -> None:
+    """Pending rows this process has just written (its pass's explanations), at the versions its
+    UPDATE returned: the next pass of the pool here finds them unchanged, instead of reading whole
+    again every lease whose explanation it wrote (the most of a busy queue's changes). If the
+    transaction rolls back, the rows keep their former versions, which then differ: read whole."""
+    with _MEMO_LOCK:
+        memo = _MEMOS.get(pool_id)
+        if memo is not None:
+            memo.pending_rows.update((key, row) for key, row in rows.items() if key in memo.pending_rows)
 
 
 def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:

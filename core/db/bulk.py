@@ -171,8 +171,16 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
     also match `only_if` (field=value, checked by the UPDATE itself, so a row changed meanwhile by
     another transaction is left alone). Returns the keys (as str) of the rows written; no
     statement for no keys. One `UPDATE … FROM unnest(arrays)`."""
+    return set(bulk_update_returning(model, keys, fields, columns, same=same, only_if=only_if))
+
+
+def bulk_update_returning(model: type[models.Model], keys: Sequence[Any], fields: Sequence[str] = (),
+                          columns: Sequence[Sequence[Any]] = (), *, same: Mapping[str, Any] | None = None,
+                          only_if: Mapping[str, Any] | None = None, returning: str = "NULL") -> dict[str, Any]:
+    """`bulk_update_columns`, returning for each row written (by key, as str) the value of the SQL
+    expression `returning` over the row as written (alias `t`)."""
     if not keys:
-        return set()
+        return {}
     meta = model._meta
     pk = meta.pk
     cols = _fields(model, fields)
@@ -187,11 +195,11 @@ def bulk_update_columns(model: type[models.Model], keys: Sequence[Any], fields: 
     where = "".join(f" AND t.{_column(f)} = %s" for f, _ in conditions)
     sql = (f"UPDATE {connection.ops.quote_name(meta.db_table)} AS t SET {assignments} "
            f"FROM unnest({', '.join(casts)}) AS v({names}) "
-           f"WHERE t.{_column(pk)} = v.{_column(pk)}{where} RETURNING t.{_column(pk)}::text")
+           f"WHERE t.{_column(pk)} = v.{_column(pk)}{where} RETURNING t.{_column(pk)}::text, {returning}")
     prep = [f.get_db_prep_save(value, connection) for f, value in [*same_fields, *conditions]]
     with connection.cursor() as cursor:
         cursor.execute(sql, [*prep[:len(same_fields)], *params, *prep[len(same_fields):]])
-        return {row[0] for row in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
 def bulk_set(model: type[models.Model], keys: Sequence[Any], **values: Any) -> int:

@@ -212,5 +212,40 @@ def test_a_pass_reads_whole_only_the_pending_leases_that_changed(mixed_pool, lea
     assert _whole_reads(queries.captured_queries) == [] and sorted(cold.pending) == sorted(second.pending)
 
 
+def test_a_pass_does_not_read_again_the_explanations_it_wrote(mixed_pool, leases) -> None:
+    """A pass's explanation UPDATE returns the rows' new versions: the next pass of the pool in
+    this process reads none of them whole, and holds what a new process would read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from allocation.engine import snapshot
+
+    leases(mixed_pool, 4, gpus=1)
+    read_pool(mixed_pool, timezone.now())
+    run_pass([mixed_pool.pk])
+    explained = Lease.objects.filter(pool=mixed_pool, state="pending").exclude(reason="")
+    assert explained.count() >= 3  # what the pass wrote: the queue's reasons and positions
+    with CaptureQueriesContext(connection) as queries:
+        warm = read_pool(mixed_pool, timezone.now())
+    assert _any_whole_reads(queries.captured_queries) == []
+    snapshot.forget()
+    cold = read_pool(mixed_pool, timezone.now())
+    assert warm.pending == cold.pending  # code, reason, position and estimated start as stored
+    assert {row.reason for row in warm.pending.values()} == set(explained.values_list("reason", flat=True))
+
+    # A write that rolled back leaves the row at a version other than the one remembered: read whole.
+    lease_id = str(explained.first().pk)
+    row = warm.pending[lease_id]
+    snapshot.remember_written(mixed_pool.pk, {lease_id: ("0(0,0)", row._replace(reason="never stored"))})
+    with CaptureQueriesContext(connection) as queries:
+        again = read_pool(mixed_pool, timezone.now())
+    [whole] = _any_whole_reads(queries.captured_queries)
+    assert lease_id in whole and again.pending[lease_id].reason == row.reason
+
+
 def _whole_reads(queries: list[dict]) -> list[str]:
     return [q["sql"] for q in queries if "ANY(" in q["sql"] and "l.estimated_start" in q["sql"]]  # PENDING_SQL by id
+
+
+def _any_whole_reads(queries: list[dict]) -> list[str]:
+    return [q["sql"] for q in queries if "l.estimated_start" in q["sql"]]  # PENDING_SQL, by id or by pool
