@@ -76,12 +76,13 @@ WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s 
 
 # Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload),
 # by id, once their links are known (`_holding_rows`).
+# Team and priority class come as ids, named in Python (`_Names`): joined in SQL, a table never
+# analysed (autovacuum off) got a nested loop, two index look-ups a lease (8,800 of the 9,125
+# pages of a whole read of 2,200 pending leases; 187 with statistics).
 HOLDING_SQL = """
-SELECT l.id::text, t.name, l.state, pc.value, pc.preemptible, pc.min_runtime_s,
+SELECT l.id::text, l.team_id, l.state, l.priority_class_id,
        EXTRACT(EPOCH FROM l.granted_at)::float8, l.borrowed, EXTRACT(EPOCH FROM l.expires_at)::float8
 FROM allocation_lease l
-JOIN allocation_team t ON t.id = l.team_id
-JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
 WHERE {where}
 """
 
@@ -104,15 +105,13 @@ ORDER BY l.created_at DESC, l.id
 """
 # The selector is NULL for none: most leases have none, and a NULL costs no JSON decoding.
 PENDING_SQL = f"""
-SELECT l.id::text, l.team_id, t.name, pc.value, pc.preemptible, pc.min_runtime_s,
+SELECT l.id::text, l.team_id, l.priority_class_id,
        EXTRACT(EPOCH FROM l.created_at)::float8,
        l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
        l.ttl_seconds, l.binding_spec <> '{{}}'::jsonb, l.pending_code, l.reason, l.queue_position,
        l.estimated_start, l.binding_kind, NULLIF(l.selector, '{{}}'::jsonb),
        COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required', {_VERSION}
 FROM allocation_lease l
-JOIN allocation_team t ON t.id = l.team_id
-JOIN allocation_priorityclass pc ON pc.id = l.priority_class_id
 WHERE {{where}} AND l.state = %(pending)s
 """
 
@@ -123,8 +122,20 @@ WHERE q.pool_id = %(pool)s ORDER BY t.name
 """
 
 CLASS_SQL = """
-SELECT name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
+SELECT id, name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
 """
+TEAM_SQL = "SELECT id, name FROM allocation_team"
+
+
+class _Names(NamedTuple):
+    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id."""
+
+    teams: dict[int, str]
+    classes: dict[int, tuple[str, int, bool, int, int]]
+
+    @classmethod
+    def read(cls) -> _Names:
+        return cls(dict(_read(TEAM_SQL, {})), {row[0]: row[1:] for row in _read(CLASS_SQL, {})})
 
 class PendingRow(NamedTuple):
     """A pending lease as the pass needs it: the request, and its explanation as stored."""
@@ -206,7 +217,7 @@ def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
         return list(cur.fetchall())
 
 
-def _holding_rows(links: list[tuple[str, int]]) -> list[tuple[Any, ...]]:
+def _holding_rows(links: list[tuple[str, int]], names: _Names) -> list[tuple[Any, ...]]:
     """(lease_id, team, state, priority, preemptible, min_runtime_s, granted_at, borrowed,
     expires_at, gpu_ids) of every lease of the pool with active GPU links (`links`: lease id,
     GPU id), in lease id order."""
@@ -219,13 +230,15 @@ def _holding_rows(links: list[tuple[str, int]]) -> list[tuple[Any, ...]]:
     rows = {r[0]: r for r in _read(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": list(held)})}
     out = []
     for lease_id in sorted(held):
-        _, team, state, prio, preemptible, min_rt, granted, borrowed, expires = rows[lease_id]
-        out.append((lease_id, team, state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
+        _, team_id, state, class_id, granted, borrowed, expires = rows[lease_id]
+        _, prio, preemptible, min_rt, _ = names.classes[class_id]
+        out.append((lease_id, names.teams[team_id], state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
                     expires, tuple(sorted(held[lease_id]))))
     return out
 
 
-def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]]) -> dict[str, tuple[str, PendingRow]]:
+def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]],
+                  names: _Names) -> dict[str, tuple[str, PendingRow]]:
     """Every pending lease of the pool, newest first (the order of the versions read), with its
     row version: those `known` at the same version as they were, the others read whole (one
     query; none when nothing changed). A lease that stops pending between the two reads is left
@@ -245,7 +258,9 @@ def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]]) -> dic
         # replace, not format: the text holds JSON literals in braces
         for r in _read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
             if r[0] in rows:  # not one that began pending between the two reads: its place is unknown
-                rows[r[0]] = (r[23], PendingRow._make((*r[:20], _tag(r[20]), r[21], bool(r[22]))))
+                _, prio, preemptible, min_rt, _ = names.classes[r[2]]
+                rows[r[0]] = (r[20], PendingRow._make((r[0], r[1], names.teams[r[1]], prio, preemptible, min_rt,
+                                                       *r[3:17], _tag(r[17]), r[18], bool(r[19]))))
     return {lease_id: row for lease_id, row in rows.items() if row is not None}
 
 
@@ -348,7 +363,8 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         gpu_rows = [(*row[:11], True, *row[12:]) if row[0] in elsewhere else row for row in gpu_rows]
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {})
+    names = _Names.read()
+    versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {}, names)
     pending_rows = {lease_id: row for lease_id, (_, row) in versioned.items()}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
     if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows and tags == memo.tags:
@@ -358,7 +374,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
-    for row in _holding_rows(own_links):
+    for row in _holding_rows(own_links, names):
         hit = memo.running.get(row[0])
         if hit is None or hit[0] != row or memo.pool != pool.name:
             lease_id, team, state, prio, preemptible, min_rt, granted, borrowed, expires, gpu_ids = row
@@ -384,7 +400,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
     quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
               for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}
     classes = {name: PriorityClassView(name, value, bool(preemptible), min_rt, grace)
-               for name, value, preemptible, min_rt, grace in _read(CLASS_SQL, {})}
+               for name, value, preemptible, min_rt, grace in names.classes.values()}
     sched = SchedulerSettings.current()
     half_life = sched.fair_share_half_life_hours * 3600.0
     snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),

@@ -234,7 +234,7 @@ def test_a_pass_does_not_read_again_the_explanations_it_wrote(mixed_pool, leases
     assert {row.reason for row in warm.pending.values()} == set(explained.values_list("reason", flat=True))
 
     # A write that rolled back leaves the row at a version other than the one remembered: read whole.
-    lease_id = str(explained.first().pk)
+    lease_id = str(explained.values_list("pk", flat=True)[0])
     row = warm.pending[lease_id]
     snapshot.remember_written(mixed_pool.pk, {lease_id: ("0(0,0)", row._replace(reason="never stored"))})
     with CaptureQueriesContext(connection) as queries:
@@ -249,3 +249,22 @@ def _whole_reads(queries: list[dict]) -> list[str]:
 
 def _any_whole_reads(queries: list[dict]) -> list[str]:
     return [q["sql"] for q in queries if "l.estimated_start" in q["sql"]]  # PENDING_SQL, by id or by pool
+
+
+def test_running_usage_counts_the_gpus_the_running_leases_hold(mixed_pool, leases) -> None:
+    """RUNNING_SQL sums the running leases' gpu_count: the GPUs their active links hold (the grant
+    writes one link a GPU, only an end's release deactivates them); leases ending with their GPUs
+    still held count in neither."""
+    from django.db import connection
+
+    from allocation.ledger import RUNNING_SQL
+
+    leases(mixed_pool, 3, gpus=2)
+    run_pass([mixed_pool.pk])
+    with connection.cursor() as cur:
+        cur.execute(RUNNING_SQL)
+        summed = {(team, at): n for team, at, n in cur.fetchall()}
+    links = (LeaseGpu.objects.filter(active=True, lease__state__in=["granted", "bound"], lease__ended_at=None)
+             .values("lease__team_id", "lease__granted_at").annotate(n=Count("pk")))
+    assert summed == {(r["lease__team_id"], r["lease__granted_at"]): r["n"] for r in links}
+    assert sum(summed.values()) >= 4 and len(summed) >= 2

@@ -120,3 +120,37 @@ def test_the_running_usage_reads_the_running_leases_not_the_queue(fleet, leases,
     assert Lease.objects.filter(pool=pool, state="granted").count() == 8
     set_statistics([Lease._meta.db_table, "allocation_leasegpu"], statistics)
     assert _lease_rows_read(RUNNING_SQL) <= 16  # the running leases, or one per active link
+
+
+def _pages(sql: str, params: dict) -> tuple[int, int]:
+    """(rows, shared buffer pages) of one execution of `sql`."""
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        plan = cur.fetchone()[0][0]["Plan"]
+    return plan["Actual Rows"], plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+
+
+@pytest.mark.parametrize("statistics", STATISTICS)
+def test_a_pass_reads_its_leases_without_a_lookup_a_row(fleet, leases, statistics) -> None:
+    """The pass's reads of its pending and running leases, and the teams' running usage, cost
+    about a page per few leases, whatever the statistics: no join whose plan can turn into a
+    nested loop of index look-ups a lease (on tables never analysed, the whole read of the queue
+    looked up each lease's team and class, 4 pages a lease; the usage, each lease's links, 3)."""
+    from allocation.engine.snapshot import HOLDING_SQL, PENDING_SQL
+    from allocation.ledger import RUNNING_SQL
+
+    pool = fleet(hosts=40)  # 320 GPUs
+    leases(pool, 320, gpus=1)
+    run_pass([pool.pk])
+    leases(pool, 1_000, gpus=1)  # a queue that waits
+    running = [str(pk) for pk in Lease.objects.filter(pool=pool, state="granted").values_list("pk", flat=True)]
+    assert len(running) == 320
+    set_statistics([Lease._meta.db_table, "allocation_leasegpu", "allocation_team", "allocation_priorityclass"],
+                   statistics)
+    whole = PENDING_SQL.replace("{where}", "l.pool_id = %(pool)s")
+    rows, pages = _pages(whole, {"pool": pool.pk, "pending": "pending"})
+    assert rows == 1_000 and pages <= rows // 2
+    rows, pages = _pages(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": running})
+    assert rows == 320 and pages <= rows * 4  # each found by key (~3 pages of index and heap), nothing more
+    rows, pages = _pages(RUNNING_SQL, {})
+    assert rows >= 1 and pages <= 320 // 2
