@@ -151,7 +151,7 @@ def lease_end(lease: Lease, target: str, *, actor: str, reason: str,
         ctes.append(("meter", meter_close_sql(lease.pk, now)))
     if not hold:
         ctes += _free_gpus_ctes([lease.pk], clear_ending=False)
-    execute_as_one(ctes)
+    execute_as_one(ctes, generic=True)  # one plan a session (its generic plan: test_release_plan)
     if announce:
         publish_after_commit()
 

@@ -12,34 +12,18 @@ becomes readable. A healthy idle connection receives nothing. So: nothing to rea
 connection, usable; anything else (something arrived, a transaction left open, an unknown state)
 goes to Django's own `SELECT 1`, which reads what arrived and decides as before. A server that
 vanished without a word (a host powered off) is found by neither before the request's first
-statement, which fails and is answered 503 as before (core.api.errors).
-
-With the hot statements prepared (core.db.statements), each session plans them once: PostgreSQL
-otherwise keeps planning a prepared statement anew at every execution while a plan for its
-parameters looks cheaper than the generic one, and the release's ten-part statement did so at
-every release (2.3 ms of planning a call, 27 s of PostgreSQL's 160 s of CPU in a Kueue run;
-pg_stat_statements with track_planning). Their generic plans are the ones the tests check
-(tests/allocation/test_release_plan.py, test_write_path_indexes.py)."""
+statement, which fails and is answered 503 as before (core.api.errors)."""
 
 from __future__ import annotations
 
 import select
 
 import psycopg2
-from django.conf import settings
 from django.db.backends.postgresql import base
 from psycopg2.extensions import TRANSACTION_STATUS_IDLE
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
-    def init_connection_state(self) -> None:
-        super().init_connection_state()
-        if self.connection is not None and settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
-            with self.connection.cursor() as cur:
-                cur.execute("SET plan_cache_mode = force_generic_plan")
-            if not self.get_autocommit():
-                self.connection.commit()
-
     def is_usable(self) -> bool:
         conn = self.connection
         if conn is None or conn.closed:
