@@ -127,15 +127,30 @@ SELECT id, name, value, preemptible, min_runtime_s, grace_s FROM allocation_prio
 TEAM_SQL = "SELECT id, name FROM allocation_team"
 
 
-class _Names(NamedTuple):
-    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id."""
+class _Names:
+    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id,
+    read once a pass and again for an id not seen (a team or class committed after the read, which
+    a lease read later may already name)."""
 
-    teams: dict[int, str]
-    classes: dict[int, tuple[str, int, bool, int, int]]
+    def __init__(self) -> None:
+        self.teams: dict[int, str] = {}
+        self.classes: dict[int, tuple[str, int, bool, int, int]] = {}
+        self._refresh()
 
-    @classmethod
-    def read(cls) -> _Names:
-        return cls(dict(_read(TEAM_SQL, {})), {row[0]: row[1:] for row in _read(CLASS_SQL, {})})
+    def _refresh(self) -> None:
+        self.teams.update(_read(TEAM_SQL, {}))
+        self.classes.update((row[0], row[1:]) for row in _read(CLASS_SQL, {}))
+
+    def team(self, team_id: int) -> str:
+        if team_id not in self.teams:
+            self._refresh()
+        return self.teams[team_id]
+
+    def klass(self, class_id: int) -> tuple[str, int, bool, int, int]:
+        if class_id not in self.classes:
+            self._refresh()
+        return self.classes[class_id]
+
 
 class PendingRow(NamedTuple):
     """A pending lease as the pass needs it: the request, and its explanation as stored."""
@@ -231,8 +246,8 @@ def _holding_rows(links: list[tuple[str, int]], names: _Names) -> list[tuple[Any
     out = []
     for lease_id in sorted(held):
         _, team_id, state, class_id, granted, borrowed, expires = rows[lease_id]
-        _, prio, preemptible, min_rt, _ = names.classes[class_id]
-        out.append((lease_id, names.teams[team_id], state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
+        _, prio, preemptible, min_rt, _ = names.klass(class_id)
+        out.append((lease_id, names.team(team_id), state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
                     expires, tuple(sorted(held[lease_id]))))
     return out
 
@@ -258,8 +273,8 @@ def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]],
         # replace, not format: the text holds JSON literals in braces
         for r in _read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
             if r[0] in rows:  # not one that began pending between the two reads: its place is unknown
-                _, prio, preemptible, min_rt, _ = names.classes[r[2]]
-                rows[r[0]] = (r[20], PendingRow._make((r[0], r[1], names.teams[r[1]], prio, preemptible, min_rt,
+                _, prio, preemptible, min_rt, _ = names.klass(r[2])
+                rows[r[0]] = (r[20], PendingRow._make((r[0], r[1], names.team(r[1]), prio, preemptible, min_rt,
                                                        *r[3:17], _tag(r[17]), r[18], bool(r[19]))))
     return {lease_id: row for lease_id, row in rows.items() if row is not None}
 
@@ -363,7 +378,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         gpu_rows = [(*row[:11], True, *row[12:]) if row[0] in elsewhere else row for row in gpu_rows]
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    names = _Names.read()
+    names = _Names()
     versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {}, names)
     pending_rows = {lease_id: row for lease_id, (_, row) in versioned.items()}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))

@@ -268,3 +268,14 @@ def test_running_usage_counts_the_gpus_the_running_leases_hold(mixed_pool, lease
              .values("lease__team_id", "lease__granted_at").annotate(n=Count("pk")))
     assert summed == {(r["lease__team_id"], r["lease__granted_at"]): r["n"] for r in links}
     assert sum(summed.values()) >= 4 and len(summed) >= 2
+
+
+def test_a_team_or_class_made_after_the_pass_named_them_is_read_again(mixed_pool) -> None:
+    """A pass names teams and classes once, before its lease reads (each statement its own
+    snapshot): one committed in between is read on the first lease that names it, not a KeyError."""
+    from allocation.engine.snapshot import _Names
+
+    names = _Names()
+    team = Team.objects.create(name="late")
+    klass = PriorityClass.objects.create(name="late", value=7)
+    assert names.team(team.pk) == "late" and names.klass(klass.pk)[:2] == ("late", 7)
