@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored, and an
+# ignored signal stays ignored in every process it starts: the CLI processes of the Ctrl-C tests
+# (tests/cli) then never heard it and hung. A handler is reset to the default in a child, so the
+# children of a suite that holds Python's own are interruptible however the suite was started.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts"
