@@ -30,7 +30,8 @@ from prometheus_client import Histogram
 from allocation.audit import audit_rows_insert
 from allocation.engine import handoff
 from allocation.engine.apply import after, apply_decisions, estimate_head, write_explanations
-from allocation.engine.snapshot import PendingRow, build_snapshot, read_pool
+from allocation.engine.lease_reads import PendingRow
+from allocation.engine.snapshot import build_snapshot, read_pool
 from allocation.events import announce_explained
 from allocation.models import PassWanted
 from allocation.outbox import announce

@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 
 from allocation.audit import AuditRow
 from allocation.choices import LeaseState
-from allocation.engine.snapshot import PendingRow, PoolRead, remember_written, version_sql
+from allocation.engine.lease_reads import PendingRow, version_sql
+from allocation.engine.snapshot import PoolRead, remember_written
 from allocation.events import LeaseChange
 from allocation.lease_states import leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling

@@ -19,16 +19,16 @@ index, uuid; names by code point), running leases by id, pending ones newest fir
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
-
-from django.db import connection
+from typing import Any
 
 from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES, LeaseState
+from allocation.engine import lease_reads
+from allocation.engine.lease_reads import Names, PendingRow, holding_rows, json_value
+from allocation.engine.lease_reads import read as _read
 from allocation.engine.topology import topology_view
 from allocation.ledger import team_usage_views
 from allocation.models import PoolScheduling, Reservation, SchedulerSettings
@@ -74,111 +74,11 @@ SELECT h.id, h.labels FROM inventory_host h
 WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 
-# Leases of the pool holding GPUs (granted, bound, or ended and still waiting for their workload),
-# by id, once their links are known (`_holding_rows`).
-# Team and priority class come as ids, named in Python (`_Names`): joined in SQL, a table never
-# analysed (autovacuum off) got a nested loop, two index look-ups a lease (8,800 of the 9,125
-# pages of a whole read of 2,200 pending leases; 187 with statistics).
-HOLDING_SQL = """
-SELECT l.id::text, l.team_id, l.state, l.priority_class_id,
-       EXTRACT(EPOCH FROM l.granted_at)::float8, l.borrowed, EXTRACT(EPOCH FROM l.expires_at)::float8
-FROM allocation_lease l
-WHERE {where}
-"""
-
-# The pool's pending leases, each with its row version (the transaction that wrote it, and where:
-# two versions written by one transaction are at two places, so the pair tells any two apart, in
-# tests run in one transaction too): the narrow read of every pass. Only those whose version
-# differs from the one this process read before are read whole (PENDING_SQL, by id), so a pass
-# over a queue of thousands, where a pass changes the first hundred explanations and a few leases
-# come and go, reads those few.
-def version_sql(alias: str) -> str:
-    """A row's version, as the pass compares it (the row of `alias`)."""
-    return f"{alias}.xmin::text || {alias}.ctid::text"
-
-
-_VERSION = version_sql("l")
-PENDING_VERSIONS_SQL = f"""
-SELECT l.id::text, {_VERSION} FROM allocation_lease l
-WHERE l.pool_id = %(pool)s AND l.state = '{LeaseState.PENDING.value}'
-ORDER BY l.created_at DESC, l.id
-"""
-# The selector is NULL for none: most leases have none, and a NULL costs no JSON decoding.
-PENDING_SQL = f"""
-SELECT l.id::text, l.team_id, l.priority_class_id,
-       EXTRACT(EPOCH FROM l.created_at)::float8,
-       l.gpu_count, l.model, l.min_memory_mb, l.same_host, l.min_driver_version, l.min_cuda_version,
-       l.ttl_seconds, l.binding_spec <> '{{}}'::jsonb, l.pending_code, l.reason, l.queue_position,
-       l.estimated_start, l.binding_kind, NULLIF(l.selector, '{{}}'::jsonb),
-       COALESCE(l.topology->>'within', ''), COALESCE(l.topology->>'mode', '') = 'required', {_VERSION}
-FROM allocation_lease l
-WHERE {{where}} AND l.state = %(pending)s
-"""
-
 QUOTA_SQL = """
 SELECT t.name, q.guaranteed, q."limit", q.lending_limit
 FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
 WHERE q.pool_id = %(pool)s ORDER BY t.name
 """
-
-CLASS_SQL = """
-SELECT id, name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
-"""
-TEAM_SQL = "SELECT id, name FROM allocation_team"
-
-
-class _Names:
-    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id,
-    read once a pass and again for an id not seen (a team or class committed after the read, which
-    a lease read later may already name)."""
-
-    def __init__(self) -> None:
-        self.teams: dict[int, str] = {}
-        self.classes: dict[int, tuple[str, int, bool, int, int]] = {}
-        self._refresh()
-
-    def _refresh(self) -> None:
-        self.teams.update(_read(TEAM_SQL, {}))
-        self.classes.update((row[0], row[1:]) for row in _read(CLASS_SQL, {}))
-
-    def team(self, team_id: int) -> str:
-        if team_id not in self.teams:
-            self._refresh()
-        return self.teams[team_id]
-
-    def klass(self, class_id: int) -> tuple[str, int, bool, int, int]:
-        if class_id not in self.classes:
-            self._refresh()
-        return self.classes[class_id]
-
-
-class PendingRow(NamedTuple):
-    """A pending lease as the pass needs it: the request, and its explanation as stored."""
-
-    lease_id: str
-    team_id: int
-    team: str
-    priority: int
-    preemptible: bool
-    min_runtime_s: int
-    created_at: float
-    gpus: int
-    model: str
-    min_memory_mb: int
-    same_host: bool
-    min_driver_version: str
-    min_cuda_version: str
-    ttl_seconds: int
-    has_binding: bool
-    pending_code: str
-    reason: str
-    queue_position: int | None
-    estimated_start: datetime | None
-    binding_kind: str = ""
-    selector: str = ""  # its tag (allocation.policy.where)
-    within: str = ""  # its topology (allocation.policy.topology)
-    within_required: bool = False
-
 
 @dataclass
 class PoolRead:
@@ -226,68 +126,6 @@ def remember_written(pool_id: int, rows: dict[str, tuple[str, PendingRow]]) -> N
             memo.pending_rows.update((key, row) for key, row in rows.items() if key in memo.pending_rows)
 
 
-def _read(sql: str, params: Any) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        return list(cur.fetchall())
-
-
-def _holding_rows(links: list[tuple[str, int]], names: _Names) -> list[tuple[Any, ...]]:
-    """(lease_id, team, state, priority, preemptible, min_runtime_s, granted_at, borrowed,
-    expires_at, gpu_ids) of every lease of the pool with active GPU links (`links`: lease id,
-    GPU id), in lease id order."""
-    held: dict[str, list[int]] = {}
-    for lease_id, gpu_id in links:
-        held.setdefault(lease_id, []).append(gpu_id)
-    if not held:
-        return []
-    # By id: a lease with active links is the pool's whatever its state (holding, ending).
-    rows = {r[0]: r for r in _read(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": list(held)})}
-    out = []
-    for lease_id in sorted(held):
-        _, team_id, state, class_id, granted, borrowed, expires = rows[lease_id]
-        _, prio, preemptible, min_rt, _ = names.klass(class_id)
-        out.append((lease_id, names.team(team_id), state, prio, bool(preemptible), min_rt, granted, bool(borrowed),
-                    expires, tuple(sorted(held[lease_id]))))
-    return out
-
-
-def _pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]],
-                  names: _Names) -> dict[str, tuple[str, PendingRow]]:
-    """Every pending lease of the pool, newest first (the order of the versions read), with its
-    row version: those `known` at the same version as they were, the others read whole (one
-    query; none when nothing changed). A lease that stops pending between the two reads is left
-    out, as if the first had not seen it."""
-    rows: dict[str, tuple[str, PendingRow] | None] = {}
-    stale = []
-    for lease_id, version in _read(PENDING_VERSIONS_SQL, {"pool": pool_id}):
-        hit = known.get(lease_id)
-        rows[lease_id] = hit if hit is not None and hit[0] == version else None
-        if rows[lease_id] is None:
-            stale.append(lease_id)
-    if stale:
-        # Most of the queue new to this process (its first pass, or after every explanation was
-        # written): the pool's pending leases in one scan, not tens of thousands of ids in a list.
-        where, params = ("l.pool_id = %(pool)s", {"pool": pool_id}) if 2 * len(stale) > len(rows) else (
-            "l.id = ANY(%(ids)s::uuid[])", {"ids": stale})
-        # replace, not format: the text holds JSON literals in braces
-        for r in _read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
-            if r[0] in rows:  # not one that began pending between the two reads: its place is unknown
-                _, prio, preemptible, min_rt, _ = names.klass(r[2])
-                rows[r[0]] = (r[20], PendingRow._make((r[0], r[1], names.team(r[1]), prio, preemptible, min_rt,
-                                                       *r[3:17], _tag(r[17]), r[18], bool(r[19]))))
-    return {lease_id: row for lease_id, row in rows.items() if row is not None}
-
-
-def _json(value: Any) -> Any:
-    """A JSON column read through a raw cursor (Django's connection leaves jsonb as text)."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _tag(selector: Any) -> str:
-    return "" if selector is None else selector_of(_json(selector)).tag
-
-
 def _selectors(pool_id: int, pending: list[PendingRow]) -> tuple[Selector, ...]:
     """The distinct selectors of the pool's pending leases (their tags come back from the rows;
     the selectors themselves from the leases that carry one: few, and only when there are)."""
@@ -296,7 +134,7 @@ def _selectors(pool_id: int, pending: list[PendingRow]) -> tuple[Selector, ...]:
         return ()
     rows = _read("SELECT DISTINCT l.selector FROM allocation_lease l WHERE l.pool_id = %(pool)s AND "
                  "l.state = %(pending)s", {"pool": pool_id, "pending": LeaseState.PENDING.value})
-    found = {selector.tag: selector for selector in (selector_of(_json(r[0])) for r in rows) if selector.tag}
+    found = {selector.tag: selector for selector in (selector_of(json_value(r[0])) for r in rows) if selector.tag}
     return tuple(found[tag] for tag in sorted(found))
 
 
@@ -305,13 +143,13 @@ def _host_tags(pool_id: int, host_rows: list[tuple[Any, ...]], selectors: tuple[
     """Host id -> the tags of the selectors it matches; {} without selectors."""
     if not selectors:
         return {}
-    labels = ({hid: _json(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
+    labels = ({hid: json_value(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
               if any(s.labels for s in selectors) else {})
     return {row[0]: tags_of(selectors, row[5], row[1], labels.get(row[0])) for row in host_rows}
 
 
 def _host_labels(pool_id: int) -> dict[int, Any]:
-    return {hid: _json(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
+    return {hid: json_value(value) or {} for hid, value in _read(LABELS_SQL, {"pool": pool_id})}
 
 
 def host_keys(host_rows: list[tuple[Any, ...]]) -> dict[int, str]:
@@ -378,8 +216,8 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         gpu_rows = [(*row[:11], True, *row[12:]) if row[0] in elsewhere else row for row in gpu_rows]
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    names = _Names()
-    versioned = _pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {}, names)
+    names = Names()
+    versioned = lease_reads.pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {}, names)
     pending_rows = {lease_id: row for lease_id, (_, row) in versioned.items()}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
     if memo.pool == pool.name and gpu_rows == memo.gpu_rows and host_rows == memo.host_rows and tags == memo.tags:
@@ -389,7 +227,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         meter = {row[0]: (row[2], gpu_equivalent(row[2], row[6], row[7])) for row in gpu_rows}
 
     running_views: dict[str, tuple[tuple[Any, ...], RunningView]] = {}
-    for row in _holding_rows(own_links, names):
+    for row in holding_rows(own_links, names):
         hit = memo.running.get(row[0])
         if hit is None or hit[0] != row or memo.pool != pool.name:
             lease_id, team, state, prio, preemptible, min_rt, granted, borrowed, expires, gpu_ids = row

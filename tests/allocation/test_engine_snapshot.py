@@ -273,7 +273,7 @@ def test_running_usage_counts_the_gpus_the_running_leases_hold(mixed_pool, lease
 def test_a_team_or_class_made_after_the_pass_named_them_is_read_again(mixed_pool) -> None:
     """A pass names teams and classes once, before its lease reads (each statement its own
     snapshot): one committed in between is read on the first lease that names it, not a KeyError."""
-    from allocation.engine.snapshot import _Names
+    from allocation.engine.lease_reads import Names as _Names
 
     names = _Names()
     team = Team.objects.create(name="late")

@@ -136,7 +136,7 @@ def test_a_pass_reads_its_leases_without_a_lookup_a_row(fleet, leases, statistic
     about a page per few leases, whatever the statistics: no join whose plan can turn into a
     nested loop of index look-ups a lease (on tables never analysed, the whole read of the queue
     looked up each lease's team and class, 4 pages a lease; the usage, each lease's links, 3)."""
-    from allocation.engine.snapshot import HOLDING_SQL, PENDING_SQL
+    from allocation.engine.lease_reads import HOLDING_SQL, PENDING_SQL
     from allocation.ledger import RUNNING_SQL
 
     pool = fleet(hosts=40)  # 320 GPUs
