@@ -144,10 +144,11 @@ def execute(cur: Any, sql: str, params: Sequence[Any], *, before: Statement | No
     For a statement whose generic plan is checked (tests/allocation/test_release_plan.py); others
     keep PostgreSQL's choice (forced on every statement, the locked lease read's generic plan read
     94 pages against 14). SET LOCAL: it ends with the transaction."""
-    if generic and settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
+    prepare = settings.GPUPOOL.get("PREPARED_STATEMENTS", True)
+    if generic and prepare:  # (an unprepared statement is planned for its values anyway)
         before = (f"{GENERIC[0]}; {before[0]}", list(before[1])) if before is not None else GENERIC
     head, head_params = (f"{before[0]}; ", list(before[1])) if before is not None else ("", [])
-    if not settings.GPUPOOL.get("PREPARED_STATEMENTS", True):
+    if not prepare:
         cur.execute(head + sql, [*head_params, *params])
         return
     raw = connection.connection  # this thread's session (`connection` is a proxy shared by all)
