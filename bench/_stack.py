@@ -133,13 +133,17 @@ def _cpu(fields: list[str]) -> float:
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds spent so far by these processes and all their descendants."""
+def _processes() -> dict[int, tuple[int, list[str]]]:
+    """Every process: pid → (parent pid, its /proc stat fields)."""
     parents = {}
     for proc in Path("/proc").glob("[0-9]*"):
         fields = _stat(int(proc.name))
         if fields is not None:
             parents[int(proc.name)] = (int(fields[1]), fields)
+    return parents
+
+
+def _tree_cpu(parents: dict[int, tuple[int, list[str]]], pids: list[int]) -> float:
     tree = set(pids)
     grew = True
     while grew:
@@ -149,6 +153,21 @@ def cpu_seconds(pids: list[int]) -> float:
                 tree.add(pid)
                 grew = True
     return sum(_cpu(parents[p][1]) for p in tree if p in parents)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds spent so far by these processes and all their descendants."""
+    return _tree_cpu(_processes(), pids)
+
+
+def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds spent so far by each named group of processes (and their descendants), and by
+    PostgreSQL ("postgres"), from one walk of /proc."""
+    parents = _processes()
+    spent = {name: _tree_cpu(parents, pids) for name, pids in groups.items()}
+    spent["postgres"] = _tree_cpu(parents, [pid for pid, (ppid, _) in parents.items()
+                                            if _is_postgres(pid) and not _is_postgres(ppid)])
+    return spent
 
 
 def postgres_cpu_seconds() -> float:

@@ -294,7 +294,9 @@ def main() -> None:
         pids = [p.pid for p in procs.values()]
         cpu0, pg0 = _stack.cpu_seconds(pids), _stack.postgres_cpu_seconds()
         each0 = {name: _stack.cpu_seconds([p.pid]) for name, p in procs.items()}
-        sampler = run_shape.CpuSampler()
+        client_pids: list[int] = []
+        sampler = run_shape.CpuSampler(groups=lambda: _stack.cpu_by_group({
+            "web": [procs["web"].pid], "scheduler": [procs["scheduler"].pid], "clients": client_pids}))
         sampler.start()
         started = time.monotonic()
         clients = [subprocess.Popen([sys.executable, __file__, "--client", "--url", url, "--pool", str(p),
@@ -302,6 +304,7 @@ def main() -> None:
                                      "--tokens", json.dumps({team_name(p, t): tokens[f"u-{team_name(p, t)}"]
                                                              for t in range(TEAMS)})])
                    for p in range(POOLS)]
+        client_pids.extend(client.pid for client in clients)
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         for client in clients:
             try:
@@ -319,7 +322,8 @@ def main() -> None:
           + f"; the load generator (5 client processes) {clients_cpu:.1f} s")
     report([json.loads((out_dir / f"client-{p}.json").read_text()) for p in range(POOLS)
             if (out_dir / f"client-{p}.json").exists()], wall, cpu, pg, check, args.scale, occupancy)
-    run_shape.print_timeline(env["DATABASE_URL"], sampler.samples, capacity_gpus=POOLS * 120)
+    run_shape.print_timeline(env["DATABASE_URL"], sampler.samples, capacity_gpus=POOLS * 120,
+                             group_samples=sampler.group_samples)
 
 
 def _ledger_check(env: dict[str, str]) -> tuple[dict[str, int], dict[str, Any]]:

@@ -15,8 +15,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 Sample = tuple[float, float]  # (epoch seconds, fraction of the machine's CPU busy since the last one)
+# (epoch seconds, cores used since the last sample by each named group of processes)
+GroupSample = tuple[float, dict[str, float]]
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -29,19 +32,32 @@ def _cpu_times() -> tuple[int, int]:
 
 class CpuSampler(threading.Thread):
     """Samples the machine's CPU use every `interval` seconds until stopped (a daemon thread of
-    the driver, which does little else meanwhile: the clients are processes of their own)."""
+    the driver, which does little else meanwhile: the clients are processes of their own).
+    `groups`, when given, returns the CPU seconds spent so far by each named group of processes
+    (web, scheduler, PostgreSQL, clients): sampled alike, so each phase says who took the cores."""
 
-    def __init__(self, interval: float = 1.0) -> None:
+    def __init__(self, interval: float = 1.0, groups: Callable[[], dict[str, float]] | None = None) -> None:
         super().__init__(daemon=True)
-        self.interval, self._stop_event = interval, threading.Event()
+        self.interval, self._stop_event, self._groups = interval, threading.Event(), groups
         self.samples: list[Sample] = []
+        self.group_samples: list[GroupSample] = []
 
     def run(self) -> None:
         busy0, total0 = _cpu_times()
+        last = self._groups() if self._groups else {}
+        at0 = time.time()
         while not self._stop_event.wait(self.interval):
             busy, total = _cpu_times()
-            self.samples.append((time.time(), (busy - busy0) / max(1, total - total0)))
+            now = time.time()
+            self.samples.append((now, (busy - busy0) / max(1, total - total0)))
             busy0, total0 = busy, total
+            if self._groups:
+                spent = self._groups()
+                # max(0): a group's exited processes leave the tree with their CPU (the clients at the end)
+                self.group_samples.append((now, {k: max(0.0, v - last.get(k, 0.0)) / max(1e-6, now - at0)
+                                                 for k, v in spent.items()}))
+                last = spent
+            at0 = now
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -57,10 +73,11 @@ def _spread(buckets: list[float], start: float, end: float, weight: float, width
         start, b = step, b + 1
 
 
-def print_timeline(database_url: str, samples: list[Sample], *, capacity_gpus: int, width: float = 10.0) -> None:
+def print_timeline(database_url: str, samples: list[Sample], *, capacity_gpus: int, width: float = 10.0,
+                   group_samples: list[GroupSample] | None = None) -> None:
     """Per `width` seconds from the first lease's creation: the machine's CPU busy, the share of
     the capacity held by leases (by lease size), the mean pending leases and the grants a
-    second (by size)."""
+    second (by size); then, given `group_samples`, the cores each group of processes used."""
     import psycopg2
 
     conn = psycopg2.connect(database_url)
@@ -101,4 +118,19 @@ def print_timeline(database_url: str, samples: list[Sample], *, capacity_gpus: i
               + " + ".join(f"{s:2.0f}" for s in shares) + ")  pending "
               + " / ".join(f"{waiting[g][b] / width:5.0f}" for g in sizes) + "  grants/s "
               + " / ".join(f"{grants[g][b] / width:5.1f}" for g in sizes))
+    if group_samples:
+        _print_groups(group_samples, t0, n, width)
+
+
+def _print_groups(group_samples: list[GroupSample], t0: float, n: int, width: float) -> None:
+    names = list(group_samples[0][1])
+    cores: list[dict[str, list[float]]] = [defaultdict(list) for _ in range(n)]
+    for at, used in group_samples:
+        if 0 <= at - t0 < n * width:
+            for name, value in used.items():
+                cores[int((at - t0) // width)][name].append(value)
+    print("cores used by each group of processes, same intervals: " + ", ".join(names))
+    for b in range(n):
+        print(f"  {b * width:5.0f} s  " + "  ".join(
+            f"{name} {sum(cores[b][name]) / len(cores[b][name]) if cores[b][name] else 0.0:4.2f}" for name in names))
 
