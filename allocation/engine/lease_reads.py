@@ -16,11 +16,21 @@ from django.db import connection
 
 from allocation.choices import LeaseState
 from allocation.policy.where import selector_of
+from core.db.statements import execute_named
 
 
-def read(sql: str, params: Any) -> list[tuple[Any, ...]]:
+def read(sql: str, params: dict[str, Any], *, prepared: bool = True) -> list[tuple[Any, ...]]:
+    """The rows of one of the pass's reads: a prepared statement (parsed once a session, planned
+    as PostgreSQL chooses: tests/allocation/test_pass_reads_history.py checks the plans for the
+    values and the generic ones), or (`prepared=False`) planned for its values every time. The
+    reads by a list of ids are the latter: after five executions PostgreSQL took the generic
+    plan of the pending read by id, estimated for ten ids, a sequential scan testing each row
+    against thousands (120 ms a pass in a Kueue run, against 5 ms planned for the values)."""
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        if prepared:
+            execute_named(cur, sql, params)
+        else:
+            cur.execute(sql, params)
         return list(cur.fetchall())
 
 
@@ -61,6 +71,10 @@ SELECT l.id::text, l.team_id, l.priority_class_id,
 FROM allocation_lease l
 WHERE {{where}} AND l.state = %(pending)s
 """
+
+# The two ways a read names its leases: the pool's (prepared), or by id (planned for the ids, `read`).
+BY_POOL = "l.pool_id = %(pool)s"
+BY_IDS = "l.id = ANY(%(ids)s::uuid[])"
 
 CLASS_SQL = """
 SELECT id, name, value, preemptible, min_runtime_s, grace_s FROM allocation_priorityclass ORDER BY value DESC, name
@@ -131,7 +145,7 @@ def holding_rows(links: list[tuple[str, int]], names: Names) -> list[tuple[Any, 
     if not held:
         return []
     # By id: a lease with active links is the pool's whatever its state (holding, ending).
-    rows = {r[0]: r for r in read(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": list(held)})}
+    rows = {r[0]: r for r in read(HOLDING_SQL.format(where=BY_IDS), {"ids": list(held)}, prepared=False)}
     out = []
     for lease_id in sorted(held):
         _, team_id, state, class_id, granted, borrowed, expires = rows[lease_id]
@@ -157,10 +171,10 @@ def pending_rows(pool_id: int, known: dict[str, tuple[str, PendingRow]],
     if stale:
         # Most of the queue new to this process (its first pass, or after every explanation was
         # written): the pool's pending leases in one scan, not tens of thousands of ids in a list.
-        where, params = ("l.pool_id = %(pool)s", {"pool": pool_id}) if 2 * len(stale) > len(rows) else (
-            "l.id = ANY(%(ids)s::uuid[])", {"ids": stale})
+        where, params = (BY_POOL, {"pool": pool_id}) if 2 * len(stale) > len(rows) else (BY_IDS, {"ids": stale})
         # replace, not format: the text holds JSON literals in braces
-        for r in read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value}):
+        for r in read(PENDING_SQL.replace("{where}", where), {**params, "pending": LeaseState.PENDING.value},
+                      prepared=where == BY_POOL):
             if r[0] in rows:  # not one that began pending between the two reads: its place is unknown
                 _, prio, preemptible, min_rt, _ = names.klass(r[2])
                 rows[r[0]] = (r[20], PendingRow._make((r[0], r[1], names.team(r[1]), prio, preemptible, min_rt,

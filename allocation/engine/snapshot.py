@@ -207,7 +207,9 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         memo = _MEMOS.get(pool.pk) or _Memo()
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
     own_links, elsewhere = [], set()
-    for lease_id, gpu_id, lease_pool in _read(LINKS_SQL, {"pool": pool.pk}):
+    # Planned for the pool each time: its generic plan (the OR of two subqueries) cost 2.6 ms a
+    # pass in a Kueue run against 0.9 ms.
+    for lease_id, gpu_id, lease_pool in _read(LINKS_SQL, {"pool": pool.pk}, prepared=False):
         if lease_pool == pool.pk:
             own_links.append((lease_id, gpu_id))
         else:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES
 from allocation.engine import build_snapshot, run_pass
+from allocation.engine.lease_reads import BY_POOL, PENDING_SQL
 from allocation.engine.snapshot import read_pool
 from allocation.ledger import half_life_s
 from allocation.models import Lease, LeaseGpu, PriorityClass, Quota, Team, UsageLedger
@@ -26,6 +27,7 @@ from allocation.policy.types import (
     TeamView,
 )
 from allocation.policy.where import selector_of
+from core.db.statements import positional, statement_name
 from inventory.choices import Health, HostState
 from inventory.models import Gpu, Host, Pool
 
@@ -244,11 +246,31 @@ def test_a_pass_does_not_read_again_the_explanations_it_wrote(mixed_pool, leases
 
 
 def _whole_reads(queries: list[dict]) -> list[str]:
-    return [q["sql"] for q in queries if "ANY(" in q["sql"] and "l.estimated_start" in q["sql"]]  # PENDING_SQL by id
+    """PENDING_SQL by id: planned for its ids, sent as text (lease_reads.read)."""
+    return [q["sql"] for q in queries if "ANY(" in q["sql"] and "l.estimated_start" in q["sql"]]
 
 
 def _any_whole_reads(queries: list[dict]) -> list[str]:
-    return [q["sql"] for q in queries if "l.estimated_start" in q["sql"]]  # PENDING_SQL, by id or by pool
+    """PENDING_SQL by id, or by pool: prepared, its EXECUTE sent after the first."""
+    by_pool = statement_name(positional(PENDING_SQL.replace("{where}", BY_POOL))[0])
+    return [q["sql"] for q in queries if "l.estimated_start" in q["sql"] or by_pool in q["sql"]]
+
+
+def test_the_pending_read_by_id_is_planned_for_its_ids(mixed_pool, leases) -> None:
+    """Never prepared: PostgreSQL's generic plan for a list of ids, estimated for ten, went through
+    the state index and tested each pending row against every id (120 ms a pass in a Kueue run)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    leases(mixed_pool, 6, gpus=1)
+    read_pool(mixed_pool, timezone.now())
+    pending = list(Lease.objects.filter(pool=mixed_pool, state="pending").values_list("pk", flat=True))
+    for n in range(7):  # past the five executions after which PostgreSQL may choose a generic plan
+        Lease.objects.filter(pk=pending[n % len(pending)]).update(reason=f"changed {n}")  # one new version
+        with CaptureQueriesContext(connection) as queries:
+            read_pool(mixed_pool, timezone.now())
+        [whole] = _whole_reads(queries.captured_queries)
+        assert "EXECUTE" not in whole and str(pending[n % len(pending)]) in whole
 
 
 def test_running_usage_counts_the_gpus_the_running_leases_hold(mixed_pool, leases) -> None:

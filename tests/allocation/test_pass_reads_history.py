@@ -9,6 +9,8 @@ bench/bench_kueue_baseline.py, growing with every lease ever made.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -18,6 +20,7 @@ from allocation.engine import run_pass
 from allocation.engine.snapshot import read_pool
 from allocation.ledger import team_usage_views
 from allocation.models import Lease
+from core.db.statements import positional
 from tests.support.statistics import STATISTICS, set_statistics
 
 pytestmark = pytest.mark.django_db
@@ -42,12 +45,29 @@ def _add_history(n: int) -> None:
 
 
 def _plans(queries: list[dict]) -> list[tuple[str, str]]:
+    """(statement, plan) of each captured read of the lease table. A prepared one (its EXECUTE
+    captured, core.db.statements.execute) is explained twice: with PostgreSQL's choice of plan now,
+    and with its generic plan, which PostgreSQL may choose after five executions."""
     plans = []
+    modes: tuple[str, ...]
     with connection.cursor() as cur:
         for q in queries:
-            if q["sql"].lstrip().upper().startswith("SELECT") and "allocation_lease" in q["sql"]:
-                cur.execute("EXPLAIN " + q["sql"])
-                plans.append((q["sql"], "\n".join(r[0] for r in cur.fetchall())))
+            sql = q["sql"].strip()
+            at = sql.rfind("EXECUTE gpupool_")
+            if at >= 0:
+                run = sql[at:]
+                cur.execute("SELECT statement FROM pg_prepared_statements WHERE name = %s",
+                            [run.split()[1].split("(")[0]])
+                text, modes = cur.fetchone()[0].split(" AS ", 1)[1], ("auto", "force_generic_plan")
+            else:
+                run, text, modes = sql, sql, ("auto",)
+            if not (text.lstrip().upper().startswith("SELECT") and "allocation_lease" in text):
+                continue
+            for mode in modes:
+                cur.execute(f"SET plan_cache_mode = {mode}")
+                cur.execute("EXPLAIN " + run)
+                plans.append((f"{text} [{mode}]", "\n".join(r[0] for r in cur.fetchall())))
+        cur.execute("RESET plan_cache_mode")
     return plans
 
 
@@ -122,11 +142,23 @@ def test_the_running_usage_reads_the_running_leases_not_the_queue(fleet, leases,
     assert _lease_rows_read(RUNNING_SQL) <= 16  # the running leases, or one per active link
 
 
-def _pages(sql: str, params: dict) -> tuple[int, int]:
-    """(rows, shared buffer pages) of one execution of `sql`."""
+def _pages(sql: str, params: dict, *, generic: bool = False) -> tuple[int, int]:
+    """(rows, shared buffer pages) of one execution of `sql`: planned for its values, or with the
+    generic plan of the prepared statement the pass runs it as (core.db.statements.execute_named)."""
     with connection.cursor() as cur:
-        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        if generic:
+            text, names = positional(sql)
+            numbers = iter(range(1, len(names) + 1))
+            cur.execute("PREPARE pages_q AS " + re.sub(r"%s", lambda _: f"${next(numbers)}", text))
+            cur.execute("SET plan_cache_mode = force_generic_plan")
+            args = ", ".join(["%s"] * len(names))
+            cur.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE pages_q{f'({args})' if names else ''}",
+                        [params[name] for name in names])
+        else:
+            cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
         plan = cur.fetchone()[0][0]["Plan"]
+        if generic:
+            cur.execute("RESET plan_cache_mode; DEALLOCATE pages_q")
     return plan["Actual Rows"], plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
 
 
@@ -136,7 +168,7 @@ def test_a_pass_reads_its_leases_without_a_lookup_a_row(fleet, leases, statistic
     about a page per few leases, whatever the statistics: no join whose plan can turn into a
     nested loop of index look-ups a lease (on tables never analysed, the whole read of the queue
     looked up each lease's team and class, 4 pages a lease; the usage, each lease's links, 3)."""
-    from allocation.engine.lease_reads import HOLDING_SQL, PENDING_SQL
+    from allocation.engine.lease_reads import BY_IDS, BY_POOL, HOLDING_SQL, PENDING_SQL
     from allocation.ledger import RUNNING_SQL
 
     pool = fleet(hosts=40)  # 320 GPUs
@@ -147,10 +179,12 @@ def test_a_pass_reads_its_leases_without_a_lookup_a_row(fleet, leases, statistic
     assert len(running) == 320
     set_statistics([Lease._meta.db_table, "allocation_leasegpu", "allocation_team", "allocation_priorityclass"],
                    statistics)
-    whole = PENDING_SQL.replace("{where}", "l.pool_id = %(pool)s")
-    rows, pages = _pages(whole, {"pool": pool.pk, "pending": "pending"})
-    assert rows == 1_000 and pages <= rows // 2
-    rows, pages = _pages(HOLDING_SQL.format(where="l.id = ANY(%(ids)s::uuid[])"), {"ids": running})
-    assert rows == 320 and pages <= rows * 4  # each found by key (~3 pages of index and heap), nothing more
-    rows, pages = _pages(RUNNING_SQL, {})
-    assert rows >= 1 and pages <= 320 // 2
+    whole = PENDING_SQL.replace("{where}", BY_POOL)
+    for generic in (False, True):  # the pass prepares them: PostgreSQL may settle on either plan
+        rows, pages = _pages(whole, {"pool": pool.pk, "pending": "pending"}, generic=generic)
+        assert rows == 1_000 and pages <= rows // 2
+        rows, pages = _pages(RUNNING_SQL, {}, generic=generic)
+        assert rows >= 1 and pages <= 320 // 2
+    # Planned for its ids every time (lease_reads.read): each found by key (~3 pages of index and heap), nothing more
+    rows, pages = _pages(HOLDING_SQL.format(where=BY_IDS), {"ids": running})
+    assert rows == 320 and pages <= rows * 4
