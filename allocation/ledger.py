@@ -22,7 +22,6 @@ from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
 from allocation.policy import fairshare
 from allocation.policy.fairshare import LN2, decay, interval_usage
 from allocation.policy.types import TeamView
-from core.db.statements import execute
 
 # Rows a team's ledger is spread over (UsageLedger.stripe): a release adds to its lease's stripe,
 # so concurrent releases of one team seldom wait on one row. Usage decays linearly: the stripes,
@@ -66,7 +65,7 @@ def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[s
     for team_id, closed, as_of in UsageLedger.objects.values_list("team_id", "closed_usage", "as_of"):
         usage[team_id] = usage.get(team_id, 0.0) + decay(closed, t - as_of.timestamp(), h)
     with connection.cursor() as cur:
-        execute(cur, RUNNING_SQL, [])  # prepared: a pass's fixed read
+        cur.execute(RUNNING_SQL)
         running = cur.fetchall()
     for team_id, granted, n in running:
         usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)

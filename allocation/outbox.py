@@ -38,7 +38,7 @@ from allocation.models import LeaseOutbox
 from allocation.notify.trigger import delivery_after_commit
 from core.db import EVENT_LOCKS
 from core.db.bulk import bulk_insert_columns, bulk_update_columns
-from core.db.statements import Statement, execute, insert_sql
+from core.db.statements import Statement, insert_sql
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def relay_after_write(*, limit: int = RELAY_BATCH, rounds: int = WRITER_ROUNDS) 
 def _unpublished_left() -> bool:
     table = connection.ops.quote_name(LeaseOutbox._meta.db_table)
     with connection.cursor() as cur:
-        execute(cur, f"SELECT EXISTS (SELECT 1 FROM {table} WHERE stream_id IS NULL)", [])  # prepared
+        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE stream_id IS NULL)")
         return bool(cur.fetchone()[0])
 
 
@@ -199,8 +199,8 @@ def _relay_batch(*, limit: int) -> int | None:
             return None
         # A statement of its own, after the lock: its snapshot has every row committed before,
         # the marks of the relay that held the lock included.
-        execute(cur, f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
-                     "ORDER BY id LIMIT %s", [limit])  # prepared: a writer's relay runs it after each write
+        cur.execute(f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
+                    "ORDER BY id LIMIT %s", [limit])
         rows = cur.fetchall()
         if not rows:
             return 0
