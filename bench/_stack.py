@@ -162,26 +162,12 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds spent so far by each named group of processes (and their descendants), and by
-    PostgreSQL ("postgres"), from one walk of /proc."""
+    PostgreSQL ("postgres": the postmaster and its backends), from one walk of /proc."""
     parents = _processes()
     spent = {name: _tree_cpu(parents, pids) for name, pids in groups.items()}
     spent["postgres"] = _tree_cpu(parents, [pid for pid, (ppid, _) in parents.items()
                                             if _is_postgres(pid) and not _is_postgres(ppid)])
     return spent
-
-
-def postgres_cpu_seconds() -> float:
-    """CPU seconds spent so far by the PostgreSQL server (postmaster and its backends)."""
-    roots = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if (proc / "comm").read_text().strip() in ("postgres", "postgresql"):
-                fields = _stat(int(proc.name))
-                if fields is not None and not _is_postgres(int(fields[1])):  # the postmaster
-                    roots.append(int(proc.name))
-        except OSError:
-            continue
-    return cpu_seconds(roots)
 
 
 def _is_postgres(pid: int) -> bool:
