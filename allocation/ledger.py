@@ -20,7 +20,7 @@ from django.db import connection, transaction
 from allocation.choices import HOLDING_STATES
 from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
 from allocation.policy import fairshare
-from allocation.policy.fairshare import LN2, decay, interval_usage
+from allocation.policy.fairshare import LN2, NEGLIGIBLE, decay, interval_usage
 from allocation.policy.types import TeamView
 
 # Rows a team's ledger is spread over (UsageLedger.stripe): a release adds to its lease's stripe,
@@ -117,16 +117,22 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
     t = "GREATEST(%s::timestamptz, l.as_of)"
     epoch_t = f"EXTRACT(EPOCH FROM {t})::float8"
 
-    def half_power(elapsed: str) -> str:
-        # 2^(−elapsed/h), with the exponent kept in [−1000, 0]: PostgreSQL raises on underflow
+    def half_power(elapsed: str, floor: int = -1000) -> str:
+        # 2^(−elapsed/h), with the exponent kept in [floor, 0]: PostgreSQL raises on underflow
         # (a ledger idle for 1,075 half-lives) where Python's pow gives 0, and 2^−1000 is 0 to any
         # ledger; above 0 only for an empty interval (end ≤ start), whose term k zeroes.
-        return f"power(2, LEAST(0, GREATEST(-1000, -({elapsed}) / {h})))"
+        return f"power(2, LEAST(0, GREATEST({floor}, -({elapsed}) / {h})))"
+
+    # The carried usage: flushed below NEGLIGIBLE like `decay`, and its factor floored at 2^−600
+    # so that the smallest usage kept (1e−100 · 2^−600 ≈ 1e−281) still fits a float8; a product
+    # of 0 from two non-zero factors is an error in PostgreSQL.
+    carried = (f"CASE WHEN abs(l.closed_usage) < {NEGLIGIBLE!r} THEN 0 ELSE l.closed_usage * "
+               f"{half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8', floor=-600)} END")
 
     sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, stripe, closed_usage, as_of) "
            f"SELECT %s, %s, %s::float8 * {h} * (1 - {half_power('%s::float8 - %s::float8')}), %s::timestamptz "
            f"ON CONFLICT (team_id, stripe) DO UPDATE SET "
-           f"closed_usage = l.closed_usage * {half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8')} "
+           f"closed_usage = {carried} "
            f"+ %s::float8 * {h} * ({half_power(f'{epoch_t} - %s::float8')} "
            f"- {half_power(f'{epoch_t} - %s::float8')}), "
            f"as_of = {t}")

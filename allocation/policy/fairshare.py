@@ -23,12 +23,19 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
 LN2 = math.log(2.0)
+# Usage this small is none at all: `decay` flushes it to 0, and so does the ledger's SQL twin
+# (`allocation.ledger.ledger_close_sql`), where a float8 product too small to represent raises
+# "value out of range: underflow" instead of giving 0.
+NEGLIGIBLE = 1e-100
 K = TypeVar("K", bound=Hashable)  # a team: its name in the policy, its id in allocation.ledger
 
 
 def decay(value: float, elapsed_s: float, half_life_s: float) -> float:
     """`value` after `elapsed_s` seconds of exponential decay. A half-life <= 0 forgets at once;
-    an infinite one never forgets; negative elapsed time (clock skew) decays nothing."""
+    an infinite one never forgets; negative elapsed time (clock skew) decays nothing; a value
+    below NEGLIGIBLE decays to 0."""
+    if abs(value) < NEGLIGIBLE:
+        return 0.0
     if elapsed_s <= 0 or math.isinf(half_life_s):
         return value
     if half_life_s <= 0:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from allocation.ledger import ledger_close_sql
@@ -30,6 +30,11 @@ def _at(seconds: int, micros: int) -> datetime:
 @given(gpus=st.integers(1, 64), duration_s=st.integers(-600, 30 * DAY_S), micros=st.integers(0, 999_999),
        half_life_h=st.floats(0.01, 10_000.0), closed=st.floats(0.0, 1e10),
        as_of_shift_s=st.none() | st.integers(-60 * DAY_S, DAY_S))
+# A tiny ledger idle for thousands of half-lives: once an underflow error in PostgreSQL (the
+# product of two non-zero float8s was 0), found by this test.
+@example(gpus=1, duration_s=60, micros=0, half_life_h=0.01, closed=5e-324, as_of_shift_s=-60 * DAY_S)
+@example(gpus=1, duration_s=60, micros=0, half_life_h=0.01, closed=1e-30, as_of_shift_s=-60 * DAY_S)
+@example(gpus=1, duration_s=60, micros=0, half_life_h=1.0, closed=1e-99, as_of_shift_s=-DAY_S)
 def test_ledger_close_sql_is_the_policy_arithmetic(gpus: int, duration_s: int, micros: int, half_life_h: float,
                                                     closed: float, as_of_shift_s: int | None) -> None:
     ended = _at(40 * DAY_S, micros)
