@@ -11,7 +11,7 @@ of a lease), held equal to the policy by a property test.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -49,28 +49,49 @@ def half_life_s() -> float:
 # running; 159 with statistics).
 _LIVE = ", ".join(f"'{state.value}'" for state in HOLDING_STATES)
 RUNNING_SQL = f"""
-SELECT h.team_id, h.granted_at, sum(h.gpu_count)::int FROM {Lease._meta.db_table} h
+SELECT h.team_id, EXTRACT(EPOCH FROM h.granted_at)::float8 AS granted, sum(h.gpu_count)::int AS gpus
+FROM {Lease._meta.db_table} h
 WHERE h.state IN ({_LIVE}) AND h.granted_at IS NOT NULL AND h.ended_at IS NULL GROUP BY 1, 2
+"""
+# The ledger rows and the running GPUs (RUNNING_SQL) as one row of six arrays (NULL for none),
+# times as epoch seconds: one round trip, and lists psycopg2 makes without a tuple a row.
+USAGE_SQL = f"""
+SELECT u.teams, u.closed, u.as_of, r.teams AS running_teams, r.granted, r.gpus
+FROM (SELECT array_agg(team_id) AS teams, array_agg(closed_usage) AS closed,
+             array_agg(EXTRACT(EPOCH FROM as_of)::float8) AS as_of FROM {UsageLedger._meta.db_table}) u
+CROSS JOIN (SELECT array_agg(x.team_id) AS teams, array_agg(x.granted) AS granted, array_agg(x.gpus) AS gpus
+            FROM ({RUNNING_SQL}) x) r
 """
 
 
+def usage_by_team(arrays: Sequence[Any], t: float, h: float) -> dict[int, float]:
+    """Each team's decayed usage at `t` (epoch seconds) from the six arrays of USAGE_SQL: its
+    ledger stripes decayed from their as_of, and the GPUs it runs since each grant time."""
+    teams, closed, as_of, running_teams, granted, gpus = (a or () for a in arrays)
+    usage: dict[int, float] = {}
+    for team_id, value, at in zip(teams, closed, as_of, strict=True):
+        usage[team_id] = usage.get(team_id, 0.0) + decay(value, t - at, h)
+    for team_id, since, n in zip(running_teams, granted, gpus, strict=True):
+        usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, since, t, t, h)
+    return usage
+
+
+def team_views(teams: Iterable[tuple[int, str, float, str | None]], usage: dict[int, float]) -> dict[str, TeamView]:
+    """TeamView by name of each (id, name, weight, parent name) team, with its usage."""
+    return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0), parent=parent or "")
+            for pk, name, weight, parent in teams}
+
+
 def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
-    """TeamView (weight, decayed usage, parent) for every team, by name, in three queries (four without
+    """TeamView (weight, decayed usage, parent) for every team, by name, in two queries (three without
     `half_life`, the scheduler setting in seconds). Running leases count the GPUs they hold,
     summed per team and grant time (a pass grants many leases at one instant)."""
     h = half_life or half_life_s()
-    t = now.timestamp()
     teams = list(Team.objects.values_list("pk", "name", "weight", "parent__name"))
-    usage: dict[int, float] = {}
-    for team_id, closed, as_of in UsageLedger.objects.values_list("team_id", "closed_usage", "as_of"):
-        usage[team_id] = usage.get(team_id, 0.0) + decay(closed, t - as_of.timestamp(), h)
     with connection.cursor() as cur:
-        cur.execute(RUNNING_SQL)
-        running = cur.fetchall()
-    for team_id, granted, n in running:
-        usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, granted.timestamp(), t, t, h)
-    return {name: TeamView(name=name, weight=weight, decayed_usage=usage.get(pk, 0.0), parent=parent or "")
-            for pk, name, weight, parent in teams}
+        cur.execute(USAGE_SQL)
+        arrays = cur.fetchone()
+    return team_views(teams, usage_by_team(arrays, now.timestamp(), h))
 
 
 def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:

@@ -83,27 +83,35 @@ TEAM_SQL = "SELECT id, name FROM allocation_team"
 
 
 class Names:
-    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id,
-    read once a pass and again for an id not seen (a team or class committed after the read, which
-    a lease read later may already name)."""
+    """Team names and priority classes (name, value, preemptible, min_runtime_s, grace_s) by id:
+    those given (the pass's context, allocation.engine.pass_context), or read, and read again for
+    an id not seen (a team or class committed after, which a lease read later may already name;
+    `missed` tells the pass so)."""
 
-    def __init__(self) -> None:
-        self.teams: dict[int, str] = {}
-        self.classes: dict[int, tuple[str, int, bool, int, int]] = {}
-        self._refresh()
+    def __init__(self, teams: dict[int, str] | None = None,
+                 classes: dict[int, tuple[str, int, bool, int, int]] | None = None) -> None:
+        self.teams: dict[int, str] = dict(teams or {})
+        self.classes: dict[int, tuple[str, int, bool, int, int]] = dict(classes or {})
+        self.missed = False
+        if teams is None or classes is None:
+            self._refresh()
 
     def _refresh(self) -> None:
         self.teams.update(read(TEAM_SQL, {}))
         self.classes.update((row[0], row[1:]) for row in read(CLASS_SQL, {}))
 
+    def _miss(self) -> None:
+        self.missed = True
+        self._refresh()
+
     def team(self, team_id: int) -> str:
         if team_id not in self.teams:
-            self._refresh()
+            self._miss()
         return self.teams[team_id]
 
     def klass(self, class_id: int) -> tuple[str, int, bool, int, int]:
         if class_id not in self.classes:
-            self._refresh()
+            self._miss()
         return self.classes[class_id]
 
 

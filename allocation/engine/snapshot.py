@@ -7,7 +7,7 @@ explanation (their row versions first; then whole only those not read at that ve
 process's last pass of the pool). They return plain tuples, never model instances (ids as text,
 times as epoch seconds). Teams (with the fair-share ledger), quotas, priority classes, the
 scheduler settings (global and the pool's own) and the advance reservations not yet ended take
-eight small queries.
+one statement while nobody reconfigures (allocation/engine/pass_context.py).
 
 Views are reused from the pool's previous pass in this process when their rows are unchanged: the
 whole GPU tuple (so the policy's layout, memoised by the tuple's identity, stays warm), and each
@@ -26,20 +26,16 @@ from typing import Any
 
 from agents.registry import placement_domain, placement_traits
 from allocation.choices import END_STATES, LeaseState
-from allocation.engine import lease_reads
-from allocation.engine.lease_reads import Names, PendingRow, holding_rows, json_value
+from allocation.engine import lease_reads, pass_context
+from allocation.engine.lease_reads import PendingRow, holding_rows, json_value
 from allocation.engine.lease_reads import read as _read
+from allocation.engine.pass_context import read_context
 from allocation.engine.topology import topology_view
-from allocation.ledger import team_usage_views
-from allocation.models import PoolScheduling, Reservation, SchedulerSettings
 from allocation.policy.metering import gpu_equivalent
 from allocation.policy.types import (
     GpuView,
-    PoolView,
     PriorityClassView,
-    QuotaView,
     RequestView,
-    ReservationView,
     RunningView,
     Snapshot,
 )
@@ -74,12 +70,6 @@ SELECT h.id, h.labels FROM inventory_host h
 WHERE h.id IN (SELECT g.host_id FROM inventory_gpu g WHERE g.pool_id = %(pool)s AND NOT g.gone)
 """
 
-QUOTA_SQL = """
-SELECT t.name, q.guaranteed, q."limit", q.lending_limit
-FROM allocation_quota q JOIN allocation_team t ON t.id = q.team_id
-WHERE q.pool_id = %(pool)s ORDER BY t.name
-"""
-
 @dataclass
 class PoolRead:
     """What a pass knows of its pool: the policy's snapshot, the pending rows by lease id (the
@@ -110,9 +100,11 @@ _MEMO_LOCK = threading.Lock()
 
 
 def forget() -> None:
-    """Drop every pool's reused views (the next pass builds all of them, as a new process would)."""
+    """Drop every pool's reused views and the configuration kept (the next pass builds and reads
+    all of them, as a new process would)."""
     with _MEMO_LOCK:
         _MEMOS.clear()
+    pass_context.forget()
 
 
 def remember_written(pool_id: int, rows: dict[str, tuple[str, PendingRow]]) -> None:
@@ -176,35 +168,12 @@ def _gpu_views(pool: str, gpu_rows: list[tuple[Any, ...]], host_rows: list[tuple
         for pk, host_id, model, mem, health, foreign, mig, replicas, physical, _, _, unavailable, _ in ordered)
 
 
-def pool_view(pool: Pool, sched: SchedulerSettings) -> PoolView:
-    """The pool's scheduling settings as the policy reads them: its own (`pools[].scheduler`)
-    where it sets them, else the scheduler section's; and its last fair-share preemption."""
-    own = PoolScheduling.objects.filter(pool_id=pool.pk).first() or PoolScheduling(pool_id=pool.pk)
-    on = own.fair_share_preemption
-    interval = own.fair_share_preemption_interval_s
-    last = own.last_fair_share_preemption_at
-    return PoolView(
-        pool.name,
-        share_across_teams=pool.share_across_teams,
-        fair_share_preemption=sched.fair_share_preemption if on is None else on,
-        fair_share_preemption_interval_s=sched.fair_share_preemption_interval_s if interval is None else interval,
-        last_fair_share_preemption=None if last is None else last.timestamp())
-
-
-def reservation_views(pool: Pool, now: datetime) -> tuple[ReservationView, ...]:
-    """The pool's active reservations that have not ended (those not begun yet too), in one
-    query."""
-    rows = (Reservation.objects.filter(pool_id=pool.pk, state="active", end__gt=now).order_by("start", "pk")
-            .values_list("pk", "team__name", "gpus", "start", "end", "model"))
-    return tuple(ReservationView(str(pk), team, pool.name, gpus, start.timestamp(), end.timestamp(), model)
-                 for pk, team, gpus, start, end, model in rows)
-
-
 def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) -> PoolRead:
     """Read one pool's state (see the module docstring); reuses unchanged views of its last pass.
     `estimate_head`: Snapshot.estimate_head (None: every pending lease's start is estimated)."""
     with _MEMO_LOCK:
         memo = _MEMOS.get(pool.pk) or _Memo()
+    context = read_context(pool, now)
     gpu_rows = _read(GPU_SQL, {"pool": pool.pk})
     own_links, elsewhere = [], set()
     # Planned for the pool each time: its generic plan (the OR of two subqueries) cost 2.6 ms a
@@ -218,7 +187,7 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         gpu_rows = [(*row[:11], True, *row[12:]) if row[0] in elsewhere else row for row in gpu_rows]
     gpu_rows.sort()  # by id: the order to compare in
     host_rows = sorted(_read(HOST_SQL, {"pool": pool.pk}))
-    names = Names()
+    names = context.names()
     versioned = lease_reads.pending_rows(pool.pk, memo.pending_rows if memo.pool == pool.name else {}, names)
     pending_rows = {lease_id: row for lease_id, (_, row) in versioned.items()}
     tags = _host_tags(pool.pk, host_rows, _selectors(pool.pk, list(pending_rows.values())))
@@ -252,18 +221,17 @@ def read_pool(pool: Pool, now: datetime, *, estimate_head: int | None = None) ->
         _MEMOS[pool.pk] = _Memo(pool.name, gpu_rows, host_rows, gpus, meter, running_views, pending_views, tags,
                                 versioned)
 
-    quotas = {(team, pool.name): QuotaView(team, pool.name, guaranteed, limit, lending_limit)
-              for team, guaranteed, limit, lending_limit in _read(QUOTA_SQL, {"pool": pool.pk})}
+    if names.missed:  # a team or class newer than the context's configuration
+        context = context.reloaded()
     classes = {name: PriorityClassView(name, value, bool(preemptible), min_rt, grace)
                for name, value, preemptible, min_rt, grace in names.classes.values()}
-    sched = SchedulerSettings.current()
-    half_life = sched.fair_share_half_life_hours * 3600.0
-    snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=team_usage_views(now, half_life=half_life),
-                        quotas=quotas, running=tuple(view for _, view in running_views.values()),
+    sched = context.settings
+    snapshot = Snapshot(now=now.timestamp(), gpus=gpus, teams=context.teams(),
+                        quotas=context.quotas(), running=tuple(view for _, view in running_views.values()),
                         pending=tuple(view for _, view in pending_views.values()),
-                        priority_classes=classes, half_life_s=half_life, estimate_head=estimate_head,
-                        pools={pool.name: pool_view(pool, sched)},
-                        reservations=reservation_views(pool, now),
+                        priority_classes=classes, half_life_s=context.half_life_s, estimate_head=estimate_head,
+                        pools={pool.name: context.pool_view()},
+                        reservations=context.reservations(),
                         topology=topology_view(sched.topology or (), {row[0]: (row[1], row[12]) for row in gpu_rows},
                                                host_keys(host_rows), lambda: _host_labels(pool.pk)))
     return PoolRead(snapshot, pending_rows, {row[0]: row[1] for row in gpu_rows}, meter)
