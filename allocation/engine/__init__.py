@@ -124,11 +124,9 @@ def _timed_pass(pool: Pool, decide: Callable[[Snapshot], Decisions], *, wait: bo
         with transaction.atomic():
             # The database's clock, not this worker's: a lease's expires_at is later
             # compared with it by whichever process reaps or renews (core.db.db_now).
-            now = lock_pool(pool.pk, wait=wait)
+            now = lock_pool(pool.pk) if wait else handoff.lock_and_claim(pool.pk)
             if now is None:
                 return None
-            if not wait:
-                handoff.claim(pool.pk)
             report = _pass(pool, decide, now)
     finally:
         if collecting:

@@ -4,7 +4,7 @@ A triggered pass takes its pool's lock without waiting (`pg_try_advisory_xact_lo
 another transaction holds it, the pass records the wish in `PassWanted` (the same row a trigger
 the broker refused leaves) and tries the lock once more: if it is still held, whoever holds it
 holds it after the wish was committed, and sees it. The rule that makes that true: a pass
-claims its pool's row inside its own transaction (`claim`: the pass about to read the pool
+claims its pool's row inside its own transaction (`lock_and_claim`: the pass about to read the pool
 covers every wish committed before), and after its commit looks again (`wanted`): a wish made
 meanwhile runs one more pass at once. A row left by a holder that is not a pass (a capacity or
 reservation write) is run by the catch-up task within a second (`run_wanted_passes`).
@@ -20,24 +20,38 @@ against 15,000 leases were recorded so).
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import cast
+
 from django.db import connection
 
 from allocation.models import PassWanted
+from core.db import POOL_LOCKS, advisory_key
 
 
 def _table() -> str:
     return connection.ops.quote_name(PassWanted._meta.db_table)
 
 
-def claim(pool_id: int) -> None:
-    """In the pass's transaction, lock held: take the pool's wishes, if any, with the pass (they
-    come back if the pass rolls back). A wish the catch-up is claiming is left to it (SKIP
-    LOCKED: waiting on it while holding the pool's lock could deadlock with that catch-up, which
-    waits for the lock)."""
+def lock_and_claim(pool_id: int) -> datetime | None:
+    """The pool's lock taken without waiting (`allocation.engine.lock_pool`: None at once when
+    another transaction holds it, else the database's clock, JIT off) and, once it is held, its
+    wishes claimed, in one statement: a round trip less for every pass. The claim runs
+    only when the lock is held (its condition is decided first, once). Its snapshot may be a
+    moment older than the lock: a wish committed in that moment is not claimed, and is served by
+    one pass more (`wanted`), never lost. The claim takes the wishes with the pass (they come
+    back if it rolls back); a wish the catch-up is claiming is left to it (SKIP LOCKED: waiting
+    on it while holding the pool's lock could deadlock with that catch-up, which waits for the
+    lock)."""
     table = _table()
     with connection.cursor() as cur:
-        cur.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE pool_id = %s "
-                    "FOR UPDATE SKIP LOCKED)", [pool_id])
+        cur.execute(f"WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%s) AS held, "
+                    "clock_timestamp() AS now, set_config('jit', 'off', true)), "
+                    f"claimed AS (DELETE FROM {table} WHERE (SELECT held FROM lock) AND id IN "
+                    f"(SELECT id FROM {table} WHERE pool_id = %s FOR UPDATE SKIP LOCKED)) "
+                    "SELECT held, now FROM lock", [advisory_key(POOL_LOCKS, pool_id), pool_id])
+        held, now = cur.fetchone()
+        return cast(datetime, now) if held else None
 
 
 def wanted(pool_id: int) -> bool:

@@ -63,7 +63,7 @@ def test_a_wish_made_while_a_pass_claims_the_earlier_ones_does_not_wait(fleet: A
             cur.execute("SELECT set_config('statement_timeout', '2000', false)")
         with other.cursor() as cur:
             cur.execute(f"DELETE FROM allocation_passwanted WHERE id IN (SELECT id FROM allocation_passwanted "
-                        f"WHERE pool_id = {pool.pk} FOR UPDATE SKIP LOCKED)")  # handoff.claim
+                        f"WHERE pool_id = {pool.pk} FOR UPDATE SKIP LOCKED)")  # handoff.lock_and_claim's claim
             assert cur.rowcount == 1
         want_pass(pool.pk)  # a wait here would end at the time-out, and the wish with it
         assert PassWanted.objects.filter(pool=pool).count() == 2  # ours, and the claimed one until it commits
