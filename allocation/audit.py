@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from django.utils import timezone
 
 from allocation.models import AuditEvent, Lease
-from core.db.bulk import bulk_insert_columns
+from core.db.bulk import Insert, bulk_insert_columns
 
 
 def audit(*, actor: str, action: str, obj: Any, message: str = "", lease: Lease | None = None,
@@ -41,7 +41,12 @@ AUDIT_ROW_FIELDS = ("at", "actor", "action", "object_type", "object_id", "lease"
 
 def audit_rows_insert(rows: Sequence[AuditRow]) -> int:
     """Write audit rows in one statement (none for no rows); returns how many."""
-    return bulk_insert_columns(AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else [])
+    return bulk_insert_columns(*audit_insert(rows))
+
+
+def audit_insert(rows: Sequence[AuditRow]) -> Insert:
+    """The insert of `audit_rows_insert`, to run with others (core.db.bulk.bulk_insert_together)."""
+    return AuditEvent, AUDIT_ROW_FIELDS, list(zip(*rows, strict=True)) if rows else []
 
 
 def bulk_audit(events: Iterable[AuditEvent]) -> None:

@@ -37,7 +37,7 @@ from allocation.events import PUBLISHED, STREAM, STREAM_MAXLEN, LeaseChange, red
 from allocation.models import LeaseOutbox
 from allocation.notify.trigger import delivery_after_commit
 from core.db import EVENT_LOCKS
-from core.db.bulk import bulk_insert_columns, bulk_update_columns
+from core.db.bulk import Insert, bulk_insert_columns, bulk_update_columns
 from core.db.statements import Statement, insert_sql
 
 logger = logging.getLogger(__name__)
@@ -83,11 +83,17 @@ def announce(changes: Iterable[LeaseChange]) -> None:
     batch = list(changes)
     if not batch:
         return
-    now = timezone.now()
-    bulk_insert_columns(LeaseOutbox, _OUTBOX_FIELDS,
-                        [[c.lease_id for c in batch], [c.pool_id for c in batch], [c.team_id for c in batch],
-                         [c.state for c in batch], [now] * len(batch)])
+    bulk_insert_columns(*outbox_insert(batch))
     publish_after_commit()
+
+
+def outbox_insert(changes: Sequence[LeaseChange]) -> Insert:
+    """The INSERT of `announce`, to run with others (core.db.bulk.bulk_insert_together); the
+    caller calls `publish_after_commit` when there are changes."""
+    now = timezone.now()
+    return (LeaseOutbox, _OUTBOX_FIELDS,
+            [[c.lease_id for c in changes], [c.pool_id for c in changes], [c.team_id for c in changes],
+             [c.state for c in changes], [now] * len(changes)])
 
 
 def announce_lease(lease: Any) -> None:

@@ -6,11 +6,11 @@ is the last line of defence.
 
 Cost per pass, whatever the number of GPUs or leases: a fixed number of queries to read the pool
 (`snapshot`), then a few set-based statements to write what changed (`apply`): the granted lease
-rows, their GPU links, the GPU rows, the preempted leases, every audit event of the pass in one
-INSERT, and the queue explanations that changed (`apply.write_explanations` bounds how many).
-A pass that changes nothing writes nothing. Every lease granted or preempted gets its event in the
-outbox in one INSERT of the pass's transaction; watchers hear of them once it commits
-(`outbox.announce`), and of the pending leases whose explanation changed too
+rows, their GPU links and meters, the GPU rows, the preempted leases, every audit event and outbox
+row of the pass in one statement, and the queue explanations that changed
+(`apply.write_explanations` bounds how many). A pass that changes nothing writes nothing. Every
+lease granted or preempted gets its event in the outbox in the pass's transaction; watchers hear
+of them once it commits (`outbox.publish_after_commit`), and of the pending leases whose explanation changed too
 (`events.announce_explained`: a long poll on one of them answers at once).
 """
 
@@ -27,18 +27,19 @@ from django.conf import settings
 from django.db import connection, transaction
 from prometheus_client import Histogram
 
-from allocation.audit import audit_rows_insert
+from allocation.audit import audit_insert
 from allocation.engine import handoff
 from allocation.engine.apply import after, apply_decisions, estimate_head, write_explanations
 from allocation.engine.lease_reads import PendingRow
 from allocation.engine.snapshot import build_snapshot, read_pool
 from allocation.events import announce_explained
 from allocation.models import PassWanted
-from allocation.outbox import announce
+from allocation.outbox import outbox_insert, publish_after_commit
 from allocation.policy import get_policy
 from allocation.policy.types import Decisions, Snapshot
 from allocation.triggers import clear_pass_flag, request_bind, request_unbind, want_pass
 from core.db import POOL_LOCKS, advisory_xact_lock, advisory_xact_try_lock
+from core.db.bulk import bulk_insert_together
 from core.tasks import TASK_METRICS
 from inventory.models import Pool
 
@@ -185,8 +186,10 @@ def _pass(pool: Pool, decide: Callable[[Snapshot], Decisions], now: datetime) ->
         if explained:
             transaction.on_commit(lambda: announce_explained(explained))
         report.pending = len(decisions.pending)
-    audit_rows_insert(audit)
-    announce(changes)
+    # The pass's audit events and outbox rows: one statement.
+    bulk_insert_together([audit_insert(audit), outbox_insert(changes)])
+    if changes:
+        publish_after_commit()
     if to_bind or to_unbind:
         transaction.on_commit(lambda: _request_workers(to_bind, to_unbind))
     return report

@@ -1,11 +1,11 @@
 """Applying a pass's decisions in set-based statements, from what the pass already read.
 
 Grants: one UPDATE of the lease rows (only those still pending: a lease cancelled meanwhile is
-left alone and gets nothing), one INSERT of their GPU links (the partial unique index refuses a
-GPU in two active leases), one UPDATE of the GPU rows, and their audit events in the pass's one
-INSERT of audit events. Preemptions: one locking read of the victims, then `leases_end`
-(constant statements whatever their number). Queue explanations: one UPDATE of the rows whose
-explanation changed, bounded as `write_explanations` says. Nothing is written for what did not
+left alone and gets nothing), one statement inserting their GPU links (the partial unique index
+refuses a GPU in two active leases) and their meters, one UPDATE of the GPU rows, and their audit
+events in the pass's one INSERT of audit events and outbox rows. Preemptions: one locking read of
+the victims, then `leases_end` (constant statements whatever their number). Queue explanations:
+one UPDATE of the rows whose explanation changed, bounded as `write_explanations` says. Nothing is written for what did not
 change, so a pass that changes nothing writes nothing.
 """
 
@@ -24,7 +24,7 @@ from allocation.events import LeaseChange
 from allocation.lease_states import leases_end, stop_pending, transition_row
 from allocation.models import Lease, LeaseGpu, LeaseUsage, PoolScheduling
 from allocation.policy.types import Decisions, Grant, RunningView
-from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns, bulk_update_returning
+from core.db.bulk import bulk_insert_together, bulk_set, bulk_update_columns, bulk_update_returning
 from inventory.choices import GpuState
 from inventory.models import Gpu, Pool
 
@@ -104,13 +104,14 @@ def _grant(pool: Pool, read: PoolRead, grants: list[Grant], now: datetime, step:
         meters.append(_meter(grant, row.team_id, read.gpu_meter))
         if row.has_binding:
             step.to_bind.append(grant.lease_id)
-    bulk_insert_columns(LeaseGpu, ["lease", "gpu", "active"], [links[0], links[1], [True] * len(links[1])])
+    # The links, and the meter that starts with the grant (allocation.models.usage): one statement.
+    lease_ids, teams, models, equivs = (list(c) for c in zip(*meters, strict=True)) if meters else ([], [], [], [])
+    bulk_insert_together([
+        (LeaseUsage, ["lease", "team", "pool", "model", "gpu_equiv", "started_at"],
+         [lease_ids, teams, [pool.pk] * len(meters), models, equivs, [now] * len(meters)]),
+        (LeaseGpu, ["lease", "gpu", "active"], [links[0], links[1], [True] * len(links[1])])])
     # Granted GPUs were schedulable (present, healthy, on a ready host): they are now leased.
     bulk_set(Gpu, links[1], leased=True, state=GpuState.LEASED)
-    # The meter starts with the grant, in the same transaction (allocation.models.usage).
-    lease_ids, teams, models, equivs = (list(c) for c in zip(*meters, strict=True)) if meters else ([], [], [], [])
-    bulk_insert_columns(LeaseUsage, ["lease", "team", "pool", "model", "gpu_equiv", "started_at"],
-                        [lease_ids, teams, [pool.pk] * len(meters), models, equivs, [now] * len(meters)])
 
 
 def _main_host(grant: Grant, gpu_host: dict[int, int]) -> int:

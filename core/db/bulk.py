@@ -136,15 +136,38 @@ def bulk_insert_columns(model: type[models.Model], fields: Sequence[str],
     return n
 
 
-def _insert_unnest(model: type[models.Model], fields: Sequence[str], columns: Sequence[Sequence[Any]],
-                   suffix: str = "") -> list[tuple[Any, ...]]:
+# One bulk_insert_columns: the model, its fields, and the values column by column.
+Insert = tuple[type[models.Model], Sequence[str], Sequence[Sequence[Any]]]
+
+
+def _unnest_sql(model: type[models.Model], fields: Sequence[str], columns: Sequence[Sequence[Any]],
+                suffix: str = "") -> tuple[str, list[Any]]:
     cols = _fields(model, fields)
     casts, params = _array_params(cols, columns)
     names = ", ".join(_column(f) for f in cols)
+    return (f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) "
+            f"SELECT * FROM unnest({', '.join(casts)}){suffix}", params)
+
+
+def _insert_unnest(model: type[models.Model], fields: Sequence[str], columns: Sequence[Sequence[Any]],
+                   suffix: str = "") -> list[tuple[Any, ...]]:
+    sql, params = _unnest_sql(model, fields, columns, suffix)
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({names}) "
-                       f"SELECT * FROM unnest({', '.join(casts)}){suffix}", params)
+        cursor.execute(sql, params)
         return list(cursor.fetchall()) if cursor.description else []
+
+
+def bulk_insert_together(inserts: Sequence[Insert]) -> int:
+    """Several `bulk_insert_columns` in one statement, one round trip (data-modifying CTEs: each
+    runs once, to completion, and none sees another's rows), for inserts that do not depend on
+    each other; those of no rows are left out, and no statement for none. Returns the rows."""
+    parts = [_unnest_sql(model, fields, columns) for model, fields, columns in inserts if columns and len(columns[0])]
+    if not parts:
+        return 0
+    ctes = ", ".join(f"insert_{n} AS ({sql})" for n, (sql, _) in enumerate(parts[:-1]))
+    with connection.cursor() as cursor:
+        cursor.execute((f"WITH {ctes} " if ctes else "") + parts[-1][0], [p for _, ps in parts for p in ps])
+    return sum(len(columns[0]) for _, _, columns in inserts if columns)
 
 
 def bulk_insert_instances(objs: Sequence[models.Model], *, ignore_conflicts: bool = False) -> set[str]:

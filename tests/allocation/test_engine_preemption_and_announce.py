@@ -18,10 +18,16 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def announced(monkeypatch: pytest.MonkeyPatch) -> tuple[list[list[Any]], list[Any]]:
-    """Batches passed to `announce` by the engine, and leases announced one by one (none)."""
+    """Batches of outbox rows the engine writes (one a pass), and leases announced one by one (none)."""
     batches: list[list[Any]] = []
     single: list[Any] = []
-    monkeypatch.setattr(allocation.engine, "announce", lambda changes: batches.append(list(changes)))
+    real = allocation.engine.outbox_insert
+
+    def recorded(changes: Any) -> Any:
+        batches.append(list(changes))
+        return real(changes)
+
+    monkeypatch.setattr(allocation.engine, "outbox_insert", recorded)
     monkeypatch.setattr(allocation.lease_states, "announce_lease", lambda lease: single.append(lease.pk))
     return batches, single
 

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from allocation.models import AuditEvent, Lease
-from core.db.bulk import bulk_insert_columns, bulk_set, bulk_update_columns
+from core.db.bulk import Insert, bulk_insert_columns, bulk_insert_together, bulk_set, bulk_update_columns
 
 pytestmark = pytest.mark.django_db
 
@@ -34,6 +34,26 @@ def test_rows_inserted_column_by_column_read_back_as_given(demo_fleet) -> None:
     assert sorted(rows, key=lambda r: r[0]) == [
         (now + timedelta(microseconds=i), AWKWARD[i], AWKWARD[i], data[i], None) for i in range(n)]
     assert bulk_insert_columns(AuditEvent, ["actor"], [[]]) == 0
+
+
+def test_inserts_of_several_tables_run_as_one_statement_and_empty_ones_are_left_out(demo_fleet) -> None:
+    from allocation.models import LeaseOutbox
+
+    now = timezone.now()
+    audit: Insert = (AuditEvent, ["at", "actor", "action", "object_type", "object_id", "message", "data"],
+             [[now, now], AWKWARD[:2], ["together", "together"], ["lease"] * 2, ["1", "2"], AWKWARD[1:3], [{}, {}]])
+    outbox: Insert = (LeaseOutbox, ["lease_id", "pool_id", "team_id", "state", "created_at"],
+              [["7c9e6679-7425-40de-944b-e07fc1f90ae7"], [1], [2], ["granted"], [now]])
+    empty: Insert = (AuditEvent, ["actor"], [[]])
+    with CaptureQueriesContext(connection) as queries:
+        assert bulk_insert_together([audit, empty, outbox]) == 3
+    assert len(queries) == 1
+    assert sorted(AuditEvent.objects.filter(action="together").values_list("actor", "message")) == sorted(
+        [(AWKWARD[0], AWKWARD[1]), (AWKWARD[1], AWKWARD[2])])
+    assert list(LeaseOutbox.objects.values_list("team_id", "state")) == [(2, "granted")]
+    with CaptureQueriesContext(connection) as queries:
+        assert bulk_insert_together([empty]) == 0 and bulk_insert_together([]) == 0
+    assert len(queries) == 0
 
 
 def test_an_update_by_columns_writes_only_rows_still_matching_and_says_which(demo_fleet, make_user) -> None:
