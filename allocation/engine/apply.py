@@ -5,8 +5,8 @@ left alone and gets nothing), one statement inserting their GPU links (the parti
 refuses a GPU in two active leases) and their meters, one UPDATE of the GPU rows, and their audit
 events in the pass's one INSERT of audit events and outbox rows. Preemptions: one locking read of
 the victims, then `leases_end` (constant statements whatever their number). Queue explanations:
-one UPDATE of the rows whose explanation changed, bounded as `write_explanations` says. Nothing is written for what did not
-change, so a pass that changes nothing writes nothing.
+one UPDATE of the rows whose explanation changed, bounded as `write_explanations` says. Nothing
+is written for what did not change, so a pass that changes nothing writes nothing.
 """
 
 from __future__ import annotations
