@@ -204,9 +204,11 @@ def _relay_batch(*, limit: int) -> int | None:
         if not cur.fetchone()[0]:
             return None
         # A statement of its own, after the lock: its snapshot has every row committed before,
-        # the marks of the relay that held the lock included.
+        # the marks of the relay that held the lock included. The rows are locked as read, in id
+        # order, as the notification dispatcher locks those it marks (allocation.notify.dispatch):
+        # two UPDATEs locking overlapping rows each in its plan's order deadlocked.
         cur.execute(f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
-                    "ORDER BY id LIMIT %s", [limit])
+                    "ORDER BY id LIMIT %s FOR UPDATE", [limit])
         rows = cur.fetchall()
         if not rows:
             return 0

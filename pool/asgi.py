@@ -37,7 +37,20 @@ def _django_app() -> Any:
     wsgi = get_wsgi_application()  # sets Django up: the fast path's modules import models
     from allocation.api.fast.app import with_fast_leases
 
+    _import_now()
     return with_fast_leases(wsgi)
+
+
+def _import_now() -> None:
+    """Import what requests import lazily (the URLconf and its views, the tasks a request queues)
+    before the first request. Imported at once by several request threads, a module in an import
+    cycle (allocation.engine and its snapshot) was seen half-made by one of them: an ImportError,
+    an HTTP 500 on the first lease creates of a busy start (bench_kueue_baseline)."""
+    from django.urls import get_resolver
+
+    import allocation.tasks  # noqa: F401  (allocation.triggers queues its pass task)
+
+    get_resolver().url_patterns  # noqa: B018  (the property imports every view module)
 
 
 django_app = ThreadedWSGI(_django_app(), workers=THREADS)

@@ -87,7 +87,10 @@ def _dispatch_batch(limit: int) -> tuple[int, int]:
         locked, now = cur.fetchone()
         if not locked:
             return 0, 0
-        rows = list(LeaseOutbox.objects.filter(notified_at__isnull=True).order_by("id")
+        # Locked as read, in id order, as the relay locks the rows it publishes
+        # (allocation.outbox): each UPDATE's own order is its plan's, and the two marking
+        # overlapping rows in two orders deadlocked (bench_kueue_baseline).
+        rows = list(LeaseOutbox.objects.filter(notified_at__isnull=True).order_by("id").select_for_update()
                     .values_list("id", "lease_id", "state", "created_at")[:limit])
         facts = list(NotificationEvent.objects.filter(dispatched_at__isnull=True).order_by("id")[:limit])
         if not rows and not facts:

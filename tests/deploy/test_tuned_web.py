@@ -48,3 +48,17 @@ def test_workers_come_from_the_environment_or_the_cores(monkeypatch: Any, config
     conf = importlib.reload(importlib.import_module("pool.gunicorn_conf"))
     assert conf.workers == (expected if expected is not None else min(8, max(2, os.cpu_count() or 2)))
     assert conf.worker_class == "uvicorn_worker.UvicornWorker" and conf.keepalive > 0
+
+
+def test_the_web_entry_point_imports_what_requests_would_import_at_once() -> None:
+    """Request threads importing the engine's cycle at once saw a module half-made (an HTTP 500 on
+    a busy start): the entry point imports the URLconf's views and the pass task before serving."""
+    import subprocess
+    import sys
+
+    wanted = ["allocation.tasks", "allocation.engine.snapshot", "allocation.api.fleet", "pool.api.urls"]
+    code = ("import sys, pool.asgi; "
+            f"print(','.join(m for m in {wanted!r} if m not in sys.modules) or 'all')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "all"
