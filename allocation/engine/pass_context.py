@@ -10,6 +10,9 @@ fair-share ledger, the GPUs each team runs) and its pool's own scheduler row (it
 preemption is the pass's own write) in one statement (`CONTEXT_SQL`), and reads the rest again only
 when the number differs from the one this process last read them at. The rest is read after its
 number, so it is never older than the number it is kept under: at worst newer, and read again.
+It is kept for the database session that read it: after a failover (Patroni) that lost the last
+commits of the old primary, the new one may give out a number again, for other data; a new session
+(every reconnection) reads the configuration again.
 
 A team made after the number was read may be named by a lease the pass reads later: the pass's
 `Names` then misses it, and the pass reads the context again (`PassContext.reloaded`).
@@ -35,7 +38,7 @@ CONTEXT_SQL = f"""
 SELECT (SELECT v.version FROM allocation_configversion v WHERE v.id = 1),
        u.teams, u.closed, u.as_of, u.running_teams, u.granted, u.gpus,
        ps.fair_share_preemption, ps.fair_share_preemption_interval_s,
-       EXTRACT(EPOCH FROM ps.last_fair_share_preemption_at)::float8
+       EXTRACT(EPOCH FROM ps.last_fair_share_preemption_at)::float8, pg_backend_pid()
 FROM ({USAGE_SQL}) u LEFT JOIN allocation_poolscheduling ps ON ps.pool_id = %(pool)s
 """
 
@@ -54,9 +57,10 @@ class _PoolConfig:
 
 @dataclass
 class _Config:
-    """The configuration as read at `version` (None: not stamped yet, never kept)."""
+    """The configuration as read at `version`: (number, database session), None when the table was
+    never stamped (then it is never kept)."""
 
-    version: int | None
+    version: tuple[int, int] | None
     teams: tuple[tuple[int, str, float, str | None], ...]  # id, name, weight, parent's name
     classes: dict[int, tuple[str, int, bool, int, int]]
     settings: SchedulerSettings
@@ -74,7 +78,7 @@ def forget() -> None:
         _CACHE = None
 
 
-def _read_config(version: int | None) -> _Config:
+def _read_config(version: tuple[int, int] | None) -> _Config:
     teams = tuple(Team.objects.values_list("pk", "name", "weight", "parent__name"))
     classes = {row[0]: row[1:] for row in _read(CLASS_SQL, {})}
     return _Config(version, teams, classes, SchedulerSettings.current())
@@ -89,7 +93,7 @@ def _read_pool_config(pool: Pool) -> _PoolConfig:
                                      for pk, team, gpus, start, end, model in rows))
 
 
-def _config(version: int | None, pool: Pool, *, fresh: bool = False) -> tuple[_Config, _PoolConfig]:
+def _config(version: tuple[int, int] | None, pool: Pool, *, fresh: bool = False) -> tuple[_Config, _PoolConfig]:
     """The configuration at `version` (and the pool's part): kept, or read and kept."""
     global _CACHE
     with _LOCK:
@@ -165,5 +169,5 @@ def read_context(pool: Pool, now: datetime) -> PassContext:
     with connection.cursor() as cur:
         cur.execute(CONTEXT_SQL, {"pool": pool.pk})
         row = cur.fetchone()
-    config, own = _config(row[0], pool)
+    config, own = _config(None if row[0] is None else (row[0], row[10]), pool)
     return PassContext(pool, now, row, config, own)

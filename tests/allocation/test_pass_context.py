@@ -56,6 +56,21 @@ def test_a_pass_after_a_pass_reads_no_configuration(fleet, leases) -> None:
                 "allocation_reservation"))
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_new_database_session_reads_the_configuration_again(fleet) -> None:
+    """After a failover that lost the old primary's last commits, a number may be given again for
+    other data: what is kept belongs to the session that read it."""
+    pool = fleet(hosts=1)
+    read_pool(pool, timezone.now())
+    with CaptureQueriesContext(connection) as queries:
+        read_pool(pool, timezone.now())
+    assert _reads_of(queries.captured_queries, "allocation_team") == 0
+    connection.close()  # the next statement opens a new session (a reconnection)
+    with CaptureQueriesContext(connection) as queries:
+        read_pool(pool, timezone.now())
+    assert _reads_of(queries.captured_queries, "allocation_team") > 0
+
+
 @pytest.mark.django_db
 def test_every_change_of_the_configuration_is_read_by_the_next_pass(fleet, leases, make_user) -> None:
     pool = fleet(hosts=1)
