@@ -82,12 +82,17 @@ def team_views(teams: Iterable[tuple[int, str, float, str | None]], usage: dict[
             for pk, name, weight, parent in teams}
 
 
+def team_rows() -> list[tuple[int, str, float, str | None]]:
+    """Every team as `team_views` takes it: (id, name, weight, parent's name)."""
+    return list(Team.objects.values_list("pk", "name", "weight", "parent__name"))
+
+
 def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
     """TeamView (weight, decayed usage, parent) for every team, by name, in two queries (three without
     `half_life`, the scheduler setting in seconds). Running leases count the GPUs they hold,
     summed per team and grant time (a pass grants many leases at one instant)."""
     h = half_life or half_life_s()
-    teams = list(Team.objects.values_list("pk", "name", "weight", "parent__name"))
+    teams = team_rows()
     with connection.cursor() as cur:
         cur.execute(USAGE_SQL)
         arrays = cur.fetchone()

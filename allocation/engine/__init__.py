@@ -151,8 +151,7 @@ def run_wanted_passes() -> list[PassReport]:
     reports = []
     for pool_id in wanted:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE pool_id = %s "
-                        "FOR UPDATE SKIP LOCKED) RETURNING pool_id", [pool_id])
+            cur.execute(handoff.claim_sql() + " RETURNING pool_id", [pool_id])
             if cur.fetchone() is not None:
                 reports += run_pass([pool_id])
     return reports

@@ -26,7 +26,7 @@ from typing import cast
 from django.db import connection
 
 from allocation.models import PassWanted
-from core.db import POOL_LOCKS, advisory_key
+from core.db import POOL_LOCKS, advisory_key, lock_sql
 
 
 def _table() -> str:
@@ -43,15 +43,20 @@ def lock_and_claim(pool_id: int) -> datetime | None:
     back if it rolls back); a wish the catch-up is claiming is left to it (SKIP LOCKED: waiting
     on it while holding the pool's lock could deadlock with that catch-up, which waits for the
     lock)."""
-    table = _table()
     with connection.cursor() as cur:
-        cur.execute(f"WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(%s) AS held, "
-                    "clock_timestamp() AS now, set_config('jit', 'off', true)), "
-                    f"claimed AS (DELETE FROM {table} WHERE (SELECT held FROM lock) AND id IN "
-                    f"(SELECT id FROM {table} WHERE pool_id = %s FOR UPDATE SKIP LOCKED)) "
+        cur.execute(f"WITH lock AS MATERIALIZED ({lock_sql(no_jit=True)}), "
+                    f"claimed AS ({claim_sql(gate='(SELECT held FROM lock)')}) "
                     "SELECT held, now FROM lock", [advisory_key(POOL_LOCKS, pool_id), pool_id])
         held, now = cur.fetchone()
         return cast(datetime, now) if held else None
+
+
+def claim_sql(*, gate: str = "TRUE") -> str:
+    """The DELETE that claims a pool's wishes (one parameter, the pool), those a claim in progress
+    holds skipped; only when `gate` (an SQL condition, decided first) holds."""
+    table = _table()
+    return (f"DELETE FROM {table} WHERE {gate} AND id IN "
+            f"(SELECT id FROM {table} WHERE pool_id = %s FOR UPDATE SKIP LOCKED)")
 
 
 def wanted(pool_id: int) -> bool:

@@ -29,8 +29,8 @@ from django.db import connection
 
 from allocation.engine.lease_reads import CLASS_SQL, Names
 from allocation.engine.lease_reads import read as _read
-from allocation.ledger import USAGE_SQL, team_views, usage_by_team
-from allocation.models import Reservation, SchedulerSettings, Team
+from allocation.ledger import USAGE_SQL, team_rows, team_views, usage_by_team
+from allocation.models import Reservation, SchedulerSettings
 from allocation.policy.types import PoolView, QuotaView, ReservationView, TeamView
 from inventory.models import Pool
 
@@ -79,7 +79,7 @@ def forget() -> None:
 
 
 def _read_config(version: tuple[int, int] | None) -> _Config:
-    teams = tuple(Team.objects.values_list("pk", "name", "weight", "parent__name"))
+    teams = tuple(team_rows())
     classes = {row[0]: row[1:] for row in _read(CLASS_SQL, {})}
     return _Config(version, teams, classes, SchedulerSettings.current())
 

@@ -46,9 +46,13 @@ def advisory_key_sql(namespace: int, key: str, second: str) -> str:
     return f"(({namespace}::bigint << 48) | ((({key})::bigint & 16777215) << 24) | (({second})::bigint & 16777215))"
 
 
-def _lock_sql(function: str, no_jit: bool) -> str:
+def lock_sql(function: str = "pg_try_advisory_xact_lock", *, no_jit: bool = False) -> str:
+    """The SELECT of `advisory_xact_lock` (`function` pg_advisory_xact_lock) and
+    `advisory_xact_try_lock`, one parameter (the key), columns `held` and `now`: to run with
+    another statement in the same round trip (a CTE)."""
     # set_config(…, true) is SET LOCAL, riding with the lock: no statement more.
-    return f"SELECT {function}(%s), clock_timestamp()" + (", set_config('jit', 'off', true)" if no_jit else "")
+    return (f"SELECT {function}(%s) AS held, clock_timestamp() AS now"
+            + (", set_config('jit', 'off', true)" if no_jit else ""))
 
 
 def advisory_xact_lock(namespace: int, key: int, *, no_jit: bool = False) -> datetime:
@@ -59,14 +63,14 @@ def advisory_xact_lock(namespace: int, key: int, *, no_jit: bool = False) -> dat
     Returns the database's clock once the lock is held (`db_now`), read in the same query, so a
     pass deciding by that clock pays no query for it."""
     with connection.cursor() as cur:
-        cur.execute(_lock_sql("pg_advisory_xact_lock", no_jit), [advisory_key(namespace, key)])
+        cur.execute(lock_sql("pg_advisory_xact_lock", no_jit=no_jit), [advisory_key(namespace, key)])
         return cast(datetime, cur.fetchone()[1])
 
 
 def advisory_xact_try_lock(namespace: int, key: int, *, no_jit: bool = False) -> datetime | None:
     """`advisory_xact_lock` without the wait: None at once when another transaction holds it."""
     with connection.cursor() as cur:
-        cur.execute(_lock_sql("pg_try_advisory_xact_lock", no_jit), [advisory_key(namespace, key)])
+        cur.execute(lock_sql(no_jit=no_jit), [advisory_key(namespace, key)])
         held, now = cur.fetchone()[:2]
         return cast(datetime, now) if held else None
 
