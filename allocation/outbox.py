@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from allocation.events import PUBLISHED, STREAM, STREAM_MAXLEN, LeaseChange, redis_client
 from allocation.models import LeaseOutbox
+from allocation.notify.cursor import position_sql
 from allocation.notify.trigger import delivery_after_commit
 from core.db import EVENT_LOCKS
 from core.db.bulk import Insert, bulk_insert_columns, bulk_update_columns
@@ -204,11 +205,12 @@ def _relay_batch(*, limit: int) -> int | None:
         if not cur.fetchone()[0]:
             return None
         # A statement of its own, after the lock: its snapshot has every row committed before,
-        # the marks of the relay that held the lock included. The rows are locked as read, in id
-        # order, as the notification dispatcher locks those it marks (allocation.notify.dispatch):
-        # two UPDATEs locking overlapping rows each in its plan's order deadlocked.
+        # the marks of the relay that held the lock included. No row lock: the relay (one at a
+        # time) is the only writer of an outbox row once it is written (the notification
+        # dispatcher reads after a cursor, allocation.notify.cursor; the prune deletes published
+        # rows only). When the dispatcher marked rows too, the two deadlocked.
         cur.execute(f"SELECT id, lease_id, pool_id, team_id, state FROM {table} WHERE stream_id IS NULL "
-                    "ORDER BY id LIMIT %s FOR UPDATE", [limit])
+                    "ORDER BY id LIMIT %s", [limit])
         rows = cur.fetchall()
         if not rows:
             return 0
@@ -241,12 +243,13 @@ def _forget(ids: Sequence[int]) -> None:
 
 
 def prune(*, older_than: timedelta = RETENTION, limit: int = 10_000) -> int:
-    """Delete up to `limit` rows published longer than `older_than` ago (and Redis' record of
-    them, in case it was left); returns how many."""
+    """Delete up to `limit` rows published longer than `older_than` ago and notified (at or before
+    the notification cursor), and Redis' record of them in case it was left; returns how many."""
     table = connection.ops.quote_name(LeaseOutbox._meta.db_table)
     with connection.cursor() as cur:
         cur.execute(f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE published_at < %s "
-                    "ORDER BY published_at LIMIT %s) RETURNING id", [timezone.now() - older_than, limit])
+                    f"AND (xact, id) <= {position_sql()} ORDER BY published_at LIMIT %s) RETURNING id",
+                    [timezone.now() - older_than, limit])
         ids = [int(row[0]) for row in cur.fetchall()]
     if ids:
         _forget(ids)

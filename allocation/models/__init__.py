@@ -390,7 +390,7 @@ class PoolScheduling(IdleReclaimFields):
 # live in their own modules; imported here so Django registers them.
 from allocation.models.ledger import UsageLedger  # noqa: E402, F401
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
-from allocation.models.outbox import LeaseOutbox  # noqa: E402, F401
+from allocation.models.outbox import LeaseOutbox, NotificationCursor  # noqa: E402, F401
 from allocation.models.queues import QueueBound  # noqa: E402, F401
 from allocation.models.reservations import Reservation  # noqa: E402, F401
 from allocation.models.shells import LeaseShellKey  # noqa: E402, F401

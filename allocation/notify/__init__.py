@@ -4,7 +4,8 @@ to users' own subscriptions, derived from committed facts only.
 Where each event comes from, all of it committed before anything is derived:
 - lease transitions (`lease.granted` after a wait, `lease.preempted`, `lease.lost`): the outbox
   rows of lease events (`allocation.models.LeaseOutbox`), which each transition writes in its own
-  transaction; `dispatch.py` reads the rows not yet notified (`notified_at` null) and marks them;
+  transaction; `dispatch.py` reads them after its cursor, in the order their transactions ended
+  (`cursor.py`), and moves the cursor, never writing an outbox row;
 - `budget.warning` and `lease.idle`: a `NotificationEvent` row written by the budget refresh and
   the idle check in the transaction that claims the warning (`record.py`);
 - `lease.expiring`: the holding leases whose `expires_at` is near, found by `dispatch.py`; the

@@ -16,6 +16,8 @@ from typing import Any
 from django.db import connection, models
 from django.db.models import Field
 
+from core.db.statements import insert_fields
+
 # Values of these field types go to psycopg2 as they are; others pass through get_db_prep_save.
 _NATIVE = (models.IntegerField, models.FloatField, models.CharField, models.TextField,
            models.BooleanField, models.DateTimeField, models.ForeignKey, models.BigAutoField,
@@ -178,7 +180,7 @@ def bulk_insert_instances(objs: Sequence[models.Model], *, ignore_conflicts: boo
     if not objs:
         return set()
     meta = objs[0]._meta
-    fields = [f for f in meta.concrete_fields if f is not meta.auto_field]
+    fields = insert_fields(meta)
     columns = [[f.pre_save(obj, True) for obj in objs] for f in fields]
     suffix = " ON CONFLICT DO NOTHING" if ignore_conflicts else ""
     rows = _insert_unnest(type(objs[0]), [f.name for f in fields], columns,

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
-from django.db.models import QuerySet
+from django.db.models import NOT_PROVIDED, QuerySet
 
 Statement = tuple[str, list[Any]]
 _lock = threading.Lock()
@@ -44,8 +44,10 @@ _texts: dict[tuple[Any, ...], str] = {}
 _updates: dict[tuple[Any, ...], tuple[list[Any], str]] = {}  # UPDATE: its fields, and its text
 
 
-def _insert_fields(meta: Any) -> list[Any]:
-    return [f for f in meta.concrete_fields if f is not meta.auto_field]
+def insert_fields(meta: Any) -> list[Any]:
+    """The fields an INSERT writes: every concrete one but an auto-increment key and the columns
+    the database fills itself (`db_default`)."""
+    return [f for f in meta.concrete_fields if f is not meta.auto_field and f.db_default is NOT_PROVIDED]
 
 
 def _insert_text(model: type[models.Model], source: str | None, ignore_conflicts: bool, returning: str | None) -> str:
@@ -53,7 +55,7 @@ def _insert_text(model: type[models.Model], source: str | None, ignore_conflicts
     sql = _texts.get(key)
     if sql is None:
         meta = model._meta
-        fields = _insert_fields(meta)
+        fields = insert_fields(meta)
         placeholders = ", ".join(["%s"] * len(fields))
         values = f"SELECT {placeholders} FROM {_quote(source)}" if source else f"VALUES ({placeholders})"
         sql = f"INSERT INTO {_quote(meta.db_table)} ({', '.join(_quote(f.column) for f in fields)}) {values}"
@@ -70,7 +72,7 @@ def insert_sql(obj: models.Model, *, source: str | None = None, ignore_conflicts
     """INSERT of one instance, every concrete field but an auto-increment key. With `source`
     (a CTE name), the row is inserted once per row of that CTE: none when it is empty."""
     db = _database()
-    params = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in _insert_fields(obj._meta)]
+    params = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in insert_fields(obj._meta)]
     return _insert_text(type(obj), source, ignore_conflicts, returning), params
 
 
