@@ -188,7 +188,10 @@ class Lease(models.Model):
                    # A team's queue in a pool, as the queue caps count it at every lease request
                    # (allocation.services.queue_caps): an index-only scan of that queue alone.
                    models.Index(fields=["pool", "team"], include=["gpu_count"], condition=Q(state="pending"),
-                                name="lease_pending_queue")]
+                                name="lease_pending_queue"),
+                   # The few leases being ended while they keep their GPUs, by pool: a pass reads
+                   # their links (allocation.running_links) without the pool's history.
+                   models.Index(fields=["pool"], condition=Q(ending_since__isnull=False), name="lease_ending")]
         constraints = [
             models.CheckConstraint(condition=Q(gpu_count__gte=1), name="lease_gpu_count_positive"),
             models.UniqueConstraint(fields=["user", "idempotency_key"],

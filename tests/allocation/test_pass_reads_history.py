@@ -61,7 +61,9 @@ def _plans(queries: list[dict]) -> list[tuple[str, str]]:
                 text, modes = cur.fetchone()[0].split(" AS ", 1)[1], ("auto", "force_generic_plan")
             else:
                 run, text, modes = sql, sql, ("auto",)
-            if not (text.lstrip().upper().startswith("SELECT") and "allocation_lease" in text):
+            reads = text.lstrip().upper().startswith("SELECT") or (
+                text.lstrip().upper().startswith("WITH") and not re.search(r"\b(INSERT|UPDATE|DELETE)\b", text.upper()))
+            if not (reads and "allocation_lease" in text):
                 continue
             for mode in modes:
                 cur.execute(f"SET plan_cache_mode = {mode}")
@@ -123,6 +125,56 @@ def _lease_rows_read(sql: str) -> int:
         cur.fetchall()
         cur.execute(count)
         return int(cur.fetchone()[0]) - int(before)
+
+
+def _rows_read(sql: str, params: dict, table: str) -> tuple[list[tuple], int]:
+    """The rows of `sql` and how many rows of `table` it fetched (this transaction's statistics)."""
+    count = ("SELECT COALESCE(sum(idx_tup_fetch), 0) + COALESCE(sum(seq_tup_read), 0) FROM pg_stat_xact_user_tables "
+             "WHERE relname = %s")
+    with connection.cursor() as cur:
+        cur.execute(count, [table])
+        before = cur.fetchone()[0]
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+        cur.execute(count, [table])
+        return rows, int(cur.fetchone()[0]) - int(before)
+
+
+@pytest.mark.parametrize("statistics", STATISTICS)
+def test_a_pass_reads_the_links_of_its_pool_not_of_the_fleet(fleet, leases, statistics) -> None:
+    """The links a pass reads (allocation.running_links): its pool's leases', an ended lease's it
+    still holds, and a GPU moved in while another pool's lease holds it, and no other, whatever
+    the statistics: a pool among 50 read every active link of the fleet (27 ms a pass,
+    bench_scale.py scale-out), and a plan that scans the link table reads its history too."""
+    from allocation.lease_states import lease_end
+    from allocation.running_links import LINKS_SQL
+    from inventory.models import Gpu, Pool
+
+    big = fleet(hosts=40)  # 320 GPUs, all held below
+    spare = Pool.objects.get(name="spare")
+    leases(big, 320, gpus=1)
+    run_pass([big.pk])
+    own = leases(spare, 2, gpus=1)
+    run_pass([spare.pk])
+    assert Lease.objects.filter(state="granted").count() == 322
+    ending = Lease.objects.get(pk=own[0].pk)
+    lease_end(ending, "released", actor="test", reason="stopping", keep_gpus=True)  # still holds its GPU
+    moved = Gpu.objects.filter(pool=big, leased=True).order_by("pk").first()
+    Gpu.objects.filter(pk=moved.pk).update(pool=spare)  # held by a lease of the big pool
+    leases(big, 1)  # waits: the model of the history's leases
+    _add_history(HISTORY // 10)
+    with connection.cursor() as cur:  # and the links those leases held: 40 each, all inactive now
+        cur.execute("INSERT INTO allocation_leasegpu (lease_id, gpu_id, active) SELECT l.id, g.id, false "
+                    f"FROM {Lease._meta.db_table} l CROSS JOIN LATERAL (SELECT id FROM inventory_gpu "
+                    "WHERE pool_id = %s ORDER BY id LIMIT 40) AS g "
+                    "WHERE l.state = 'released' AND l.ending_since IS NULL", [big.pk])
+    set_statistics([Lease._meta.db_table, "allocation_leasegpu", "inventory_gpu"], statistics)
+
+    rows, fetched = _rows_read(LINKS_SQL, {"pool": spare.pk}, "allocation_leasegpu")
+    mine = {(str(lease.pk), gpu) for lease in own for gpu in lease.gpu_links.values_list("gpu_id", flat=True)}
+    holder = str(moved.lease_links.get(active=True).lease_id)
+    assert sorted(rows) == sorted([(lid, gpu, spare.pk) for lid, gpu in mine] + [(holder, moved.pk, big.pk)])
+    assert fetched <= 10, f"{fetched} links read for a pool with 3"
 
 
 @pytest.mark.parametrize("statistics", STATISTICS)
