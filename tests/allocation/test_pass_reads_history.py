@@ -160,6 +160,7 @@ def test_a_pass_reads_the_links_of_its_pool_not_of_the_fleet(fleet, leases, stat
     ending = Lease.objects.get(pk=own[0].pk)
     lease_end(ending, "released", actor="test", reason="stopping", keep_gpus=True)  # still holds its GPU
     moved = Gpu.objects.filter(pool=big, leased=True).order_by("pk").first()
+    assert moved is not None
     Gpu.objects.filter(pk=moved.pk).update(pool=spare)  # held by a lease of the big pool
     leases(big, 1)  # waits: the model of the history's leases
     _add_history(HISTORY // 10)
