@@ -154,8 +154,12 @@ def plan(pool: PoolState, quota: QuotaBook, req: RequestView, groups: Sequence[G
     klass = _victim_class
     if tree is not None and reclaim:
         # Reclaim takes from the borrowers farthest in the tree first (another department's
-        # before a sibling's); victim order within each distance.
+        # before a sibling's); victim order within each distance. The requester's own
+        # lower-priority preemptible leases rank with the farthest, as the flat order ranks them
+        # with every other team's: on a one-level tree the two orders are the same.
         distance = {team: tree.distance(req.team, team) for team in {v.team for v in order}}
+        if req.team in distance:
+            distance[req.team] = max(distance.values())
         order = sorted(order, key=lambda v: -distance[v.team])
 
         def klass(lease: RunningLease) -> tuple[object, ...]:
