@@ -12,7 +12,6 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from allocation.choices import HOLDING_STATES, PENDING_CODES, BindingKind, LeaseState
-from allocation.policy.admission import DEFAULT_QUEUE_CAPS, QueueCaps
 from allocation.policy.budgets import BudgetStatus
 from allocation.policy.idle import IdleReclaim
 from allocation.policy.where import selector_of
@@ -320,82 +319,16 @@ class AuditEvent(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type}:{self.object_id}"
 
 
-class SchedulerSettings(models.Model):
-    """The `scheduler:` section of the configuration: one row (pk=1)."""
-
-    fair_share_half_life_hours = models.FloatField(default=168.0)
-    pass_interval_s = models.FloatField(default=10.0)
-    fair_share_preemption = models.BooleanField(
-        default=False, help_text="A team below its fair share may preempt borrowed leases of teams above it.")
-    fair_share_preemption_interval_s = models.FloatField(
-        default=60.0, help_text="The least time between two fair-share preemptions in a pool.")
-    # `topology:` of the configuration: host label keys, outermost first (allocation.policy.topology).
-    topology = models.JSONField(default=list, blank=True)
-
-    class Meta:
-        verbose_name_plural = "scheduler settings"
-        constraints = [models.CheckConstraint(condition=Q(fair_share_half_life_hours__gt=0),
-                                              name="half_life_positive"),
-                       models.CheckConstraint(condition=Q(fair_share_preemption_interval_s__gte=0),
-                                              name="fair_share_interval_not_negative")]
-
-    def __str__(self) -> str:
-        return f"half-life {self.fair_share_half_life_hours} h, pass every {self.pass_interval_s} s"
-
-    @classmethod
-    def current(cls) -> SchedulerSettings:
-        return cls.objects.filter(pk=1).first() or cls(pk=1)
-
-
-class PoolScheduling(IdleReclaimFields):
-    """A pool's own scheduler settings (`pools[].scheduler` in the configuration; empty: the
-    `scheduler:` section's), and when the pool last preempted for fair share (the engine keeps
-    the minimum interval between such preemptions across passes, workers and restarts), the
-    pool's idle reclaim rule (`pools[].idle_reclaim`), and its caps on each team's queue
-    (`pools[].queue_caps`; a pool without this row has the default caps)."""
-
-    pool = models.OneToOneField(Pool, on_delete=models.CASCADE, related_name="scheduling")
-    fair_share_preemption = models.BooleanField(null=True, blank=True)
-    fair_share_preemption_interval_s = models.FloatField(null=True, blank=True)
-    last_fair_share_preemption_at = models.DateTimeField(null=True, blank=True)
-    # allocation.policy.admission.QueueCaps; null: no cap.
-    pending_leases_per_team = models.PositiveIntegerField(
-        null=True, blank=True, default=DEFAULT_QUEUE_CAPS.pending_leases_per_team)
-    pending_gpus_per_team = models.PositiveIntegerField(
-        null=True, blank=True, default=DEFAULT_QUEUE_CAPS.pending_gpus_per_team)
-
-    class Meta:
-        verbose_name_plural = "pool scheduling"
-        constraints = [models.CheckConstraint(
-            condition=Q(fair_share_preemption_interval_s__isnull=True) | Q(fair_share_preemption_interval_s__gte=0),
-            name="pool_fair_share_interval_not_negative"), *idle_reclaim_constraints("pool_scheduling"),
-            *[models.CheckConstraint(condition=Q(**{f"{cap}__isnull": True}) | Q(**{f"{cap}__gte": 1}),
-                                     name=f"pool_{cap}_positive")
-              for cap in ("pending_leases_per_team", "pending_gpus_per_team")]]
-
-    def __str__(self) -> str:
-        return f"scheduling of {self.pool}"
-
-    @property
-    def queue_caps(self) -> QueueCaps:
-        return QueueCaps(self.pending_leases_per_team, self.pending_gpus_per_team)
-
-    def overrides(self) -> dict[str, object]:
-        """The settings this pool sets itself, as the configuration spells them."""
-        values = {"fair_share_preemption": self.fair_share_preemption,
-                  "fair_share_preemption_interval_s": self.fair_share_preemption_interval_s}
-        return {key: value for key, value in values.items() if value is not None}
-
-
-# The fair-share ledger, reservations, metering, budgets and prices, the outbox of lease events
-# (allocation.outbox writes and relays it), notifications (allocation.notify), users' shell keys,
-# single sign-on's mapping and the passes wanted (allocation.triggers, allocation.engine.handoff)
-# live in their own modules; imported here so Django registers them.
+# The scheduler's settings, the fair-share ledger, reservations, metering, budgets and prices, the
+# outbox of lease events (allocation.outbox writes and relays it), notifications (allocation.notify),
+# users' shell keys, single sign-on's mapping and the passes wanted (allocation.triggers,
+# allocation.engine.handoff) live in their own modules; imported here so Django registers them.
 from allocation.models.ledger import UsageLedger  # noqa: E402, F401
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox, NotificationCursor  # noqa: E402, F401
 from allocation.models.queues import QueueBound  # noqa: E402, F401
 from allocation.models.reservations import Reservation  # noqa: E402, F401
+from allocation.models.scheduling import PoolScheduling, SchedulerSettings  # noqa: E402, F401
 from allocation.models.shells import LeaseShellKey  # noqa: E402, F401
 from allocation.models.sso import SsoGroupTeam, SsoMembership, SsoSettings  # noqa: E402, F401
 from allocation.models.usage import Budget, IdleUsage, LeaseUsage, Price  # noqa: E402, F401

@@ -36,7 +36,7 @@ class LeaseOutbox(models.Model):
     stream_id = models.CharField(max_length=40, null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
     # The writing transaction's id, filled in by the database: the notification dispatcher reads
-    # rows in (xact, id) order once every transaction before theirs has ended (allocation.notify.dispatch).
+    # rows in (xact, id) order once every transaction before theirs has ended (allocation.notify.cursor).
     xact = models.BigIntegerField(db_default=CurrentTransaction(), editable=False)
 
     class Meta:
