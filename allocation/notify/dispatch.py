@@ -33,7 +33,7 @@ from allocation.notify import render
 from allocation.notify.cursor import after_cursor, cursor_move
 from allocation.notify.render import Event
 from allocation.notify_vocabulary import BUDGET, EXPIRING, GRANTED, IDLE, LOST, PREEMPTED
-from core.db import EVENT_LOCKS, db_now
+from core.db import EVENT_LOCKS, db_now, lock_sql
 from inventory.models import Pool
 
 BATCH = 500  # events per dispatch transaction
@@ -90,7 +90,7 @@ def notifications_dispatch(*, limit: int = BATCH) -> int:
 def _dispatch_batch(limit: int) -> tuple[int, int]:
     """One transaction: (deliveries written, rows read)."""
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_xact_lock(%s), clock_timestamp()", [_LOCK])
+        cur.execute(lock_sql(), [_LOCK])
         locked, now = cur.fetchone()
         if not locked:
             return 0, 0
