@@ -138,6 +138,15 @@ def relay_in_background() -> None:
         _thread = RelayThread(_publish_inline)
 
 
+def stop_relay(timeout: float = 5.0) -> None:
+    """End this process's relay thread, if any, after its current round (writers publish inline
+    again)."""
+    global _thread
+    thread, _thread = _thread, None
+    if thread is not None:
+        thread.stop(timeout)
+
+
 def _publish_inline() -> None:
     global _quiet_until
     if time.monotonic() < _quiet_until:  # Redis just failed: no 2 s timeout on every request

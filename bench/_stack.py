@@ -170,6 +170,22 @@ def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
     return spent
 
 
+def backend_cpu(dbname: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend connected to `dbname` (its process title names it)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not title.startswith("postgres: ") or f" {dbname} " not in title:
+                continue
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def _is_postgres(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip() in ("postgres", "postgresql")

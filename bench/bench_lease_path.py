@@ -85,22 +85,6 @@ def _worker_pids(master: int) -> list[int]:
         return []
 
 
-def _backend_cpu(dbname: str) -> dict[int, float]:
-    """CPU seconds of each PostgreSQL backend connected to `dbname` (its process title names it)."""
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if not title.startswith("postgres: ") or f" {dbname} " not in title:
-                continue
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            out[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
-
-
 class Server:
     """The web server of `make run` (stacktools.processes.web_command) on a free port."""
 
@@ -158,9 +142,9 @@ def _profiled(server: Server, out: Path | None, name: str, seconds: float) -> li
 
 def _phase(server: Server, dbname: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run one phase; add the web server's and the database's CPU per request and the load."""
-    load0, web0, pg0 = os.getloadavg()[0], server.cpu(), _backend_cpu(dbname)
+    load0, web0, pg0 = os.getloadavg()[0], server.cpu(), _stack.backend_cpu(dbname)
     out = run()
-    web1, pg1 = server.cpu(), _backend_cpu(dbname)
+    web1, pg1 = server.cpu(), _stack.backend_cpu(dbname)
     requests = max(out["requests"], 1)
     out["rate"] = out["requests"] / max(out["wall"], 1e-9)
     out["web_ms"] = (web1 - web0) / requests * 1000

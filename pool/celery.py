@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import Celery, bootsteps
 from celery.app.amqp import AMQP
-from celery.signals import task_postrun, task_prerun, worker_init
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init, worker_process_shutdown
 from kombu import Connection
 
 from core import liveness
@@ -119,6 +119,30 @@ def _recycle_connections(task: Any = None, **_: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_process_init.connect
+def _relay_in_background(**_: object) -> None:
+    """A prefork child leaves the publishing of its lease events to one relay thread, as a web
+    process does (allocation/outbox_thread.py): a pass's commit then wakes the thread instead of
+    running the relay's five statements, two Redis calls and second commit before the task ends,
+    so the scheduler process takes its next pool sooner, and the events of passes that commit
+    while the thread runs go out in one relay round. GPUPOOL_OUTBOX_RELAY_THREAD=0: inline."""
+    from django.conf import settings
+
+    from allocation import outbox
+
+    if settings.GPUPOOL.get("OUTBOX_RELAY_THREAD", True):
+        outbox.relay_in_background()
+
+
+@worker_process_shutdown.connect
+def _stop_relay(**_: object) -> None:
+    """The relay thread's current round ends before the child does (the periodic relay publishes
+    anything left)."""
+    from allocation import outbox
+
+    outbox.stop_relay()
 
 
 def _beat_schedule() -> dict[str, dict[str, object]]:
