@@ -182,9 +182,10 @@ def leases_end(leases: Sequence[Lease], target: str, *, actor: str, reasons: Seq
 
     # Each closed at its own end (`Lease.end_time`: never before its grant); the meter clamps the
     # shared `now` to each row's start (its grant) itself.
-    ledger_close_many((lease.team_id, lease.gpu_count, lease.granted_at, lease.end_time(now))
-                      for lease in leases if lease.granted_at is not None)
-    meter_close([lease.pk for lease in leases if lease.granted_at is not None], now)
+    ran = [(lease, granted) for lease in leases if (granted := lease.granted_at) is not None]
+    ledger_close_many([(lease.team_id, lease.gpu_count, granted, lease.end_time(now)) for lease, granted in ran],
+                      leases=[(lease.team_id, lease.pk) for lease, _ in ran])
+    meter_close([lease.pk for lease, _ in ran], now)
     bulk_update_fast(Lease, leases, [*END_FIELDS, *fields])
     bulk_audit(events)
     if free:

@@ -17,11 +17,13 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from allocation import running_usage
 from allocation.choices import HOLDING_STATES
 from allocation.models import Lease, SchedulerSettings, Team, UsageLedger
 from allocation.policy import fairshare
 from allocation.policy.fairshare import LN2, NEGLIGIBLE, decay, interval_usage
 from allocation.policy.types import TeamView
+from allocation.running_usage import COLUMNS, SUMS_SQL, running_from_sums
 
 # Rows a team's ledger is spread over (UsageLedger.stripe): a release adds to its lease's stripe,
 # so concurrent releases of one team seldom wait on one row. Usage decays linearly: the stripes,
@@ -53,27 +55,37 @@ SELECT h.team_id, EXTRACT(EPOCH FROM h.granted_at)::float8 AS granted, sum(h.gpu
 FROM {Lease._meta.db_table} h
 WHERE h.state IN ({_LIVE}) AND h.granted_at IS NOT NULL AND h.ended_at IS NULL GROUP BY 1, 2
 """
-# The ledger rows and the running GPUs (RUNNING_SQL) as one row of six arrays (NULL for none),
-# times as epoch seconds: one round trip, and lists psycopg2 makes without a tuple a row.
-USAGE_SQL = f"""
-SELECT u.teams, u.closed, u.as_of, r.teams AS running_teams, r.granted, r.gpus
-FROM (SELECT array_agg(team_id) AS teams, array_agg(closed_usage) AS closed,
-             array_agg(EXTRACT(EPOCH FROM as_of)::float8) AS as_of FROM {UsageLedger._meta.db_table}) u
-CROSS JOIN (SELECT array_agg(x.team_id) AS teams, array_agg(x.granted) AS granted, array_agg(x.gpus) AS gpus
-            FROM ({RUNNING_SQL}) x) r
-"""
+# The ledger rows and the running usage's sums (allocation.running_usage.SUMS_SQL) as one row of
+# arrays (NULL for none), times as epoch seconds: one round trip, and lists psycopg2 makes without
+# a tuple a row. Where its last column is false, the running leases are read one by one.
+USAGE_SQL = SUMS_SQL
 
 
-def usage_by_team(arrays: Sequence[Any], t: float, h: float) -> dict[int, float]:
-    """Each team's decayed usage at `t` (epoch seconds) from the six arrays of USAGE_SQL: its
-    ledger stripes decayed from their as_of, and the GPUs it runs since each grant time."""
-    teams, closed, as_of, running_teams, granted, gpus = (a or () for a in arrays)
+def usage_by_team(arrays: Sequence[Any], t: float, h: float,
+                  running: Sequence[tuple[int, float, int]] = ()) -> dict[int, float]:
+    """Each team's decayed usage at `t` (epoch seconds) from the arrays of USAGE_SQL: its ledger
+    stripes decayed from their as_of, and what its running leases used: from the sums, or where
+    USAGE_SQL says they are not the half-life's, from `running` (RUNNING_SQL's rows: team, grant
+    time, GPUs)."""
+    teams, closed, as_of = (a or () for a in arrays[:3])
     usage: dict[int, float] = {}
     for team_id, value, at in zip(teams, closed, as_of, strict=True):
         usage[team_id] = usage.get(team_id, 0.0) + decay(value, t - at, h)
-    for team_id, since, n in zip(running_teams, granted, gpus, strict=True):
+    if arrays[COLUMNS - 1]:
+        for team_id, value in running_from_sums(arrays, t, h).items():
+            usage[team_id] = usage.get(team_id, 0.0) + value
+        return usage
+    for team_id, since, n in running:
         usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, since, t, t, h)
     return usage
+
+
+def running_rows() -> list[tuple[int, float, int]]:
+    """RUNNING_SQL's rows: the running GPUs per team and grant time, lease by lease."""
+    with connection.cursor() as cur:
+        cur.execute(RUNNING_SQL)
+        rows: list[tuple[int, float, int]] = cur.fetchall()
+    return rows
 
 
 def team_views(teams: Iterable[tuple[int, str, float, str | None]], usage: dict[int, float]) -> dict[str, TeamView]:
@@ -87,27 +99,33 @@ def team_rows() -> list[tuple[int, str, float, str | None]]:
     return list(Team.objects.values_list("pk", "name", "weight", "parent__name"))
 
 
-def team_usage_views(now: datetime, *, half_life: float | None = None) -> dict[str, TeamView]:
-    """TeamView (weight, decayed usage, parent) for every team, by name, in two queries (three without
-    `half_life`, the scheduler setting in seconds). Running leases count the GPUs they hold,
-    summed per team and grant time (a pass grants many leases at one instant)."""
-    h = half_life or half_life_s()
+def team_usage_views(now: datetime) -> dict[str, TeamView]:
+    """TeamView (weight, decayed usage, parent) for every team, by name: three queries (a fourth
+    while the running usage's sums wait for a rebuild)."""
+    h = half_life_s()
     teams = team_rows()
     with connection.cursor() as cur:
         cur.execute(USAGE_SQL)
         arrays = cur.fetchone()
-    return team_views(teams, usage_by_team(arrays, now.timestamp(), h))
+    running = () if arrays[COLUMNS - 1] else running_rows()
+    return team_views(teams, usage_by_team(arrays, now.timestamp(), h, running))
 
 
-def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> None:
+def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]], *,
+                      leases: Iterable[tuple[int, Any]] = ()) -> None:
     """Fold ended leases into their teams' closed usage (stripe 0), given as (team_id, gpus,
     granted_at, ended_at), in order: one locking read of the teams' ledgers and one write per team
-    touched. Nothing for none."""
+    touched. Nothing for none. `leases`: the (team_id, lease id) of those leases, whose stripes
+    the lease table's trigger writes once their rows end (allocation.running_usage): held first,
+    with the stripes 0, all in one order, so that two bulk ends never each hold a row the other
+    waits for."""
     ended = list(ended)
     if not ended:
         return
     h = half_life_s()
     with transaction.atomic():
+        stripes = {(team_id, 0) for team_id, *_ in ended} | {(team_id, ledger_stripe(pk)) for team_id, pk in leases}
+        _lock_stripes(stripes, as_of=min(ended_at for *_, ended_at in ended))
         ledgers = {ledger.team_id: ledger for ledger in UsageLedger.objects.select_for_update().filter(
             team_id__in=sorted({team_id for team_id, *_ in ended}), stripe=0).order_by("team_id")}
         for team_id, gpus, granted_at, ended_at in ended:
@@ -120,9 +138,24 @@ def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]]) -> N
             carried = decay(ledger.closed_usage, t.timestamp() - ledger.as_of.timestamp(), h)
             ledger.closed_usage = carried + interval_usage(gpus, granted_at.timestamp(),
                                                             ended_at.timestamp(), t.timestamp(), h)
+            # The ended leases' grant weights (allocation.running_usage) move to the new as_of too.
+            ledger.ended_weight = decay(ledger.ended_weight, t.timestamp() - ledger.as_of.timestamp(), h)
             ledger.as_of = t
         for team_id in dict.fromkeys(team_id for team_id, *_ in ended):
             ledgers[team_id].save()
+
+
+def _lock_stripes(keys: set[tuple[int, int]], *, as_of: datetime) -> None:
+    """Hold the ledger rows (team id, stripe) in that order, making the missing ones empty as of
+    `as_of` (no later than the ends they are made for; an existing row, locked by the conflicting
+    insert, is left as it was)."""
+    ordered = sorted(keys)
+    table = UsageLedger._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f"INSERT INTO {table} AS l (team_id, stripe, closed_usage, as_of) "
+                    "SELECT k.t, k.s, 0, %s FROM unnest(%s::int[], %s::int[]) WITH ORDINALITY AS k(t, s, i) "
+                    "ORDER BY k.i ON CONFLICT (team_id, stripe) DO UPDATE SET stripe = l.stripe WHERE false",
+                    [as_of, [t for t, _ in ordered], [stripe for _, stripe in ordered]])
 
 
 def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at: datetime,
@@ -132,6 +165,7 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
     arithmetic, done by the database on the locked ledger row, with the
     half-life read in the same statement. With t = max(ended_at, as_of):
         closed' = closed · 2^(−(t − as_of)/h) + gpus·h/ln2 · (2^(−(t − end)/h) − 2^(−(t − start)/h))
+        ended_weight' = ended_weight · 2^(−(t − as_of)/h)   (allocation.running_usage)
     (the second term is 0 when end ≤ start). tests/allocation/test_sql_writes.py checks that both
     give the same ledger, tests/allocation/test_ledger_sql_property.py that it is the policy's
     arithmetic (`decay`, `interval_usage`) for any lease and ledger."""
@@ -152,18 +186,21 @@ def ledger_close_sql(*, team_id: int, gpus: int, granted_at: datetime, ended_at:
     # The carried usage: flushed below NEGLIGIBLE like `decay`, and its factor floored at 2^−600
     # so that the smallest usage kept (1e−100 · 2^−600 ≈ 1e−281) still fits a float8; a product
     # of 0 from two non-zero factors is an error in PostgreSQL.
-    carried = (f"CASE WHEN abs(l.closed_usage) < {NEGLIGIBLE!r} THEN 0 ELSE l.closed_usage * "
-               f"{half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8', floor=-600)} END")
+    def carried(column: str) -> str:
+        return (f"CASE WHEN abs(l.{column}) < {NEGLIGIBLE!r} THEN 0 ELSE l.{column} * "
+                f"{half_power(f'EXTRACT(EPOCH FROM {t} - l.as_of)::float8', floor=-600)} END")
 
     sql = (f"INSERT INTO {UsageLedger._meta.db_table} AS l (team_id, stripe, closed_usage, as_of) "
            f"SELECT %s, %s, %s::float8 * {h} * (1 - {half_power('%s::float8 - %s::float8')}), %s::timestamptz "
            f"ON CONFLICT (team_id, stripe) DO UPDATE SET "
-           f"closed_usage = {carried} "
+           f"closed_usage = {carried('closed_usage')} "
            f"+ %s::float8 * {h} * ({half_power(f'{epoch_t} - %s::float8')} "
            f"- {half_power(f'{epoch_t} - %s::float8')}), "
+           # The ended leases' grant weights (allocation.running_usage) move to the new as_of too.
+           f"ended_weight = {carried('ended_weight')}, "
            f"as_of = {t}")
     params = [team_id, stripe, k, end, start, ended_at,
-              ended_at, k, ended_at, end, ended_at, start, ended_at]
+              ended_at, k, ended_at, end, ended_at, start, ended_at, ended_at]
     return sql, params
 
 
@@ -183,6 +220,7 @@ def rebuild_ledger(now: datetime) -> int:
 
     totals = fairshare.rebuild_ledger(intervals(), now.timestamp(), half_life_s())
     with transaction.atomic():
+        running_usage.rebuild()  # first: it holds the ledger's writers off until this commits
         UsageLedger.objects.all().delete()
         UsageLedger.objects.bulk_create(
             [UsageLedger(team_id=tid, closed_usage=v, as_of=now) for tid, v in totals.items()])

@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import time
 
+from django.db import transaction
+
+from allocation import running_usage
 from allocation.audit import audit
 from allocation.engine import run_pass, run_wanted_passes
 from allocation.notify.run import notifications_run
@@ -118,7 +121,13 @@ def unbind_lease(lease_id: str) -> None:
 @gpupool_task(name="allocation.check_ledger", soft_time_limit=120, time_limit=150)
 def check_ledger() -> None:
     """Alert on ledger drift: an error in the log and a `ledger.drift` audit event per run that
-    finds any (read-only otherwise: safe on any number of workers, twice or not at all)."""
+    finds any (read-only otherwise: safe on any number of workers, twice or not at all). The
+    running usage's sums are rebuilt from the lease rows where they drifted or the half-life
+    changed since they were computed (passes count the running leases one by one until then)."""
+    if running_usage.half_life_changed():
+        with transaction.atomic():
+            running_usage.rebuild()
+        logger.info("running usage's sums rebuilt with the new fair-share half-life")
     report = ledger_check()
     if report.ok:
         return
@@ -127,3 +136,6 @@ def check_ledger() -> None:
     audit(actor="system:check_ledger", action="ledger.drift", obj="ledger",
           message="; ".join(f"{f.count} × {f.meaning}" for f in report.findings),
           data=report.as_dict()).save()
+    if "running_usage_sums" in counts:
+        with transaction.atomic():
+            running_usage.rebuild()

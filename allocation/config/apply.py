@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from allocation import running_usage
 from allocation.audit import audit
 from allocation.config import POOL_SCHEDULER_KEYS, Config, ConfigError, PoolSchedulerSpec, SchedulerSpec
 from allocation.config.apply_budgets import (
@@ -267,6 +268,8 @@ def _apply_scheduler(cfg: Config, changes: list[str]) -> None:
         changes.append("+ scheduler settings")
     elif _set(sched, values, "scheduler", changes):
         sched.save()
+    if running_usage.half_life_changed():  # the grant weights are the half-life's (allocation.running_usage)
+        running_usage.rebuild()
 
 
 def _apply_sources(cfg: Config, pools: dict[str, Pool], changes: list[str]) -> None:

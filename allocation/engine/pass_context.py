@@ -29,18 +29,21 @@ from django.db import connection
 
 from allocation.engine.lease_reads import CLASS_SQL, Names
 from allocation.engine.lease_reads import read as _read
-from allocation.ledger import USAGE_SQL, team_rows, team_views, usage_by_team
+from allocation.ledger import USAGE_SQL, running_rows, team_rows, team_views, usage_by_team
 from allocation.models import Reservation, SchedulerSettings
 from allocation.policy.types import PoolView, QuotaView, ReservationView, TeamView
+from allocation.running_usage import COLUMNS
 from inventory.models import Pool
 
 CONTEXT_SQL = f"""
-SELECT (SELECT v.version FROM allocation_configversion v WHERE v.id = 1),
-       u.teams, u.closed, u.as_of, u.running_teams, u.granted, u.gpus,
+SELECT (SELECT v.version FROM allocation_configversion v WHERE v.id = 1), u.*,
        ps.fair_share_preemption, ps.fair_share_preemption_interval_s,
        EXTRACT(EPOCH FROM ps.last_fair_share_preemption_at)::float8, pg_backend_pid()
 FROM ({USAGE_SQL}) u LEFT JOIN allocation_poolscheduling ps ON ps.pool_id = %(pool)s
 """
+_USAGE = slice(1, 1 + COLUMNS)  # CONTEXT_SQL's columns from USAGE_SQL
+_POOL = slice(1 + COLUMNS, 4 + COLUMNS)  # the pool's scheduler row
+_PID = 4 + COLUMNS
 
 QUOTA_SQL = """
 SELECT t.name, q.guaranteed, q."limit", q.lending_limit
@@ -139,7 +142,10 @@ class PassContext:
         return PassContext(self.pool, self.now, self.row, config, own)
 
     def teams(self) -> dict[str, TeamView]:
-        return team_views(self.config.teams, usage_by_team(self.row[1:7], self.now.timestamp(), self.half_life_s))
+        usage = self.row[_USAGE]
+        # The sums wait for a rebuild with a new half-life: the running leases, one by one.
+        running = () if usage[COLUMNS - 1] else running_rows()
+        return team_views(self.config.teams, usage_by_team(usage, self.now.timestamp(), self.half_life_s, running))
 
     def quotas(self) -> dict[tuple[str, str], QuotaView]:
         name = self.pool.name
@@ -154,7 +160,7 @@ class PassContext:
     def pool_view(self) -> PoolView:
         """The pool's scheduling settings as the policy reads them: its own (`pools[].scheduler`)
         where it sets them, else the scheduler section's; and its last fair-share preemption."""
-        on, interval, last = self.row[7:10]
+        on, interval, last = self.row[_POOL]
         sched = self.settings
         return PoolView(
             self.pool.name,
@@ -169,5 +175,5 @@ def read_context(pool: Pool, now: datetime) -> PassContext:
     with connection.cursor() as cur:
         cur.execute(CONTEXT_SQL, {"pool": pool.pk})
         row = cur.fetchone()
-    config, own = _config(None if row[0] is None else (row[0], row[10]), pool)
+    config, own = _config(None if row[0] is None else (row[0], row[_PID]), pool)
     return PassContext(pool, now, row, config, own)

@@ -323,7 +323,7 @@ class AuditEvent(models.Model):
 # outbox of lease events (allocation.outbox writes and relays it), notifications (allocation.notify),
 # users' shell keys, single sign-on's mapping and the passes wanted (allocation.triggers,
 # allocation.engine.handoff) live in their own modules; imported here so Django registers them.
-from allocation.models.ledger import UsageLedger  # noqa: E402, F401
+from allocation.models.ledger import GrantLedger, UsageLedger  # noqa: E402, F401
 from allocation.models.notify import Notification, NotificationDelivery, NotificationEvent  # noqa: E402, F401
 from allocation.models.outbox import LeaseOutbox, NotificationCursor  # noqa: E402, F401
 from allocation.models.queues import QueueBound  # noqa: E402, F401

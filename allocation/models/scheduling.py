@@ -22,6 +22,10 @@ class SchedulerSettings(models.Model):
         default=60.0, help_text="The least time between two fair-share preemptions in a pool.")
     # `topology:` of the configuration: host label keys, outermost first (allocation.policy.topology).
     topology = models.JSONField(default=list, blank=True)
+    # The half-life the grant weights (GrantLedger, UsageLedger.ended_weight) are computed with;
+    # another than fair_share_half_life_hours (None: never set) until they are rebuilt with it
+    # (allocation.running_usage.rebuild): passes count the running leases one by one meanwhile.
+    weights_half_life_hours = models.FloatField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name_plural = "scheduler settings"

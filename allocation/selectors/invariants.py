@@ -47,6 +47,15 @@ CHECKS: dict[str, tuple[str, str]] = {
         "ON lg.lease_id = l.id AND lg.active "
         f"WHERE l.state IN ({_states(HOLDING_STATES)}) GROUP BY l.id, l.gpu_count "
         "HAVING COUNT(lg.id) <> l.gpu_count"),
+    "running_usage_sums": (
+        "a team whose running GPUs, granted less ended in the running usage's sums "
+        "(allocation.running_usage), are not those its running leases hold",
+        "SELECT COALESCE(r.team_id, s.team_id) FROM (SELECT l.team_id, SUM(l.gpu_count) AS n FROM allocation_lease l "
+        f"WHERE l.state IN ({_states(HOLDING_STATES)}) AND l.granted_at IS NOT NULL AND l.ended_at IS NULL "
+        "GROUP BY l.team_id) r FULL JOIN (SELECT x.team_id, SUM(x.n) AS n FROM ("
+        "SELECT team_id, gpus AS n FROM allocation_grantledger UNION ALL "
+        "SELECT team_id, -ended_gpus FROM allocation_usageledger) x GROUP BY x.team_id) s ON s.team_id = r.team_id "
+        "WHERE COALESCE(r.n, 0) <> COALESCE(s.n, 0)"),
     "gpu_leased_flag": (
         "a GPU marked leased without an active lease, or held by one and not marked",
         "SELECT g.id FROM inventory_gpu g WHERE g.leased <> EXISTS ("

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db.models import F
 from django.test import Client
 
 from allocation.engine import run_pass
-from allocation.models import AuditEvent, Lease
+from allocation.models import AuditEvent, GrantLedger, Lease
 from allocation.selectors.invariants import CHECKS, ledger_check
 from allocation.tasks import check_ledger
 from inventory.models import Gpu
@@ -66,9 +67,11 @@ def test_each_kind_of_drift_is_counted(granted: list[Lease]) -> None:
     free = Gpu.objects.filter(leased=False).order_by("pk")
     Gpu.objects.filter(pk=free[0].pk).update(leased=True)  # marked leased, no lease: also its state
     Gpu.objects.filter(pk=free[1].pk).update(state="cordoned")
+    # The running usage's sums, edited by hand (a bad restore): a lease's team runs one GPU more there.
+    GrantLedger.objects.filter(team_id=granted[2].team_id).update(gpus=F("gpus") + 1)
     counts = ledger_check().counts()
     assert counts == {"gpu_in_two_leases": 0, "ended_lease_holds_gpus": 0, "pending_lease_holds_gpus": 1,
-                      "holding_lease_gpu_count": 1, "gpu_leased_flag": 1, "gpu_state": 2}
+                      "holding_lease_gpu_count": 1, "running_usage_sums": 1, "gpu_leased_flag": 1, "gpu_state": 2}
     code, out = _check("-o", "json")
     assert code == 1
     body = json.loads(out)

@@ -17,7 +17,7 @@ from allocation.choices import LeaseState
 from allocation.engine import run_pass
 from allocation.lease_states import lease_end, lease_free_gpus, leases_end
 from allocation.ledger import ledger_close_many, ledger_close_sql
-from allocation.models import AuditEvent, Lease, LeaseGpu, LeaseOutbox, Team, UsageLedger
+from allocation.models import AuditEvent, GrantLedger, Lease, LeaseGpu, LeaseOutbox, Team, UsageLedger
 from allocation.services.leases import lease_create
 from inventory.choices import GpuState, Health, HostState
 from inventory.models import Gpu
@@ -61,7 +61,8 @@ def test_ledger_close_in_sql_equals_ledger_close_many(as_of_shift_s: int | None,
     python_team, sql_team = Team.objects.create(name="py"), Team.objects.create(name="sq")
     if as_of_shift_s is not None:  # an existing ledger row, as of before or after the lease ended
         for team in (python_team, sql_team):
-            UsageLedger.objects.create(team=team, closed_usage=12345.0, as_of=now + timedelta(seconds=as_of_shift_s))
+            UsageLedger.objects.create(team=team, closed_usage=12345.0, ended_gpus=3, ended_weight=2.5,
+                                       as_of=now + timedelta(seconds=as_of_shift_s))
     granted = now - timedelta(seconds=duration_s)
     ledger_close_many([(python_team.pk, 4, granted, now)])
     sql, params = ledger_close_sql(team_id=sql_team.pk, gpus=4, granted_at=granted, ended_at=now)
@@ -70,6 +71,9 @@ def test_ledger_close_in_sql_equals_ledger_close_many(as_of_shift_s: int | None,
     python_row, sql_row = (UsageLedger.objects.get(team=t) for t in (python_team, sql_team))
     assert sql_row.closed_usage == pytest.approx(python_row.closed_usage, rel=1e-9, abs=1e-9)
     assert sql_row.as_of == python_row.as_of
+    # The ended leases' grant weights move to the new as_of alike (allocation.running_usage).
+    assert sql_row.ended_weight == pytest.approx(python_row.ended_weight, rel=1e-12)
+    assert sql_row.ended_gpus == python_row.ended_gpus
 
 
 def _snapshot(lease_id: Any) -> dict[str, Any]:
@@ -113,9 +117,15 @@ def _end_a_granted_lease(user: Any, how: str, *, many: bool = False) -> dict[str
     if how != "released":  # the workload stopped / the notice ran out
         lease_free_gpus([lease.pk])
         snapshot["after_free"] = _snapshot(lease.pk)
-    snapshot["ledger"] = UsageLedger.objects.get(team=lease.team).closed_usage > 0
+    # A bulk end writes stripe 0 and holds the lease's own stripe, where the running usage's
+    # trigger records the ended lease (allocation.running_usage); the one-statement end, its stripe.
+    rows = UsageLedger.objects.filter(team=lease.team)
+    snapshot["ledger"] = sum(row.closed_usage for row in rows) > 0
+    snapshot["ended_gpus"] = sum(row.ended_gpus for row in rows)
+    assert GrantLedger.objects.get(team=lease.team).gpus == 2
     Lease.objects.filter(pk=lease.pk).delete()
     UsageLedger.objects.all().delete()
+    GrantLedger.objects.all().delete()
     return snapshot
 
 
@@ -131,7 +141,7 @@ def test_ending_a_lease_in_one_statement(demo_fleet: Any, make_user: Any, how: s
     assert ended["events"][-1] == f"lease.{state}"
     assert ended["last_event"]["actor"] == "tester" and ended["last_event"]["message"] == f"ended: {how}"
     assert ended["last_event"]["data"]["to"] == state
-    assert ended["ledger"]
+    assert ended["ledger"] and ended["ended_gpus"] == 2
     assert [row[0] for row in ended["outbox"]] == ["pending", "granted", state]
     if held:  # freed once the workload stopped / the notice ran out
         after = ended["after_free"]
