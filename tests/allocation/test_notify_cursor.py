@@ -2,7 +2,8 @@
 an outbox row (allocation.notify.cursor). Shown on the real PostgreSQL with a second session:
 
 - a row whose transaction commits late, with an id below rows committed meanwhile, is still
-  notified, after nothing (a cursor on ids would have passed it);
+  notified, after nothing (a cursor on ids would have passed it); a transaction running in another
+  database of the server holds nothing back;
 - the dispatcher neither waits for nor takes an outbox row's lock (when it marked rows, it
   deadlocked with the relay marking the same rows: bench_kueue_baseline);
 - the prune keeps published rows not yet notified.
@@ -14,6 +15,7 @@ import threading
 import uuid
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg2
 import pytest
@@ -80,6 +82,22 @@ def test_a_row_committed_late_is_notified_though_later_ids_were_committed_first(
     assert _position() == (LeaseOutbox.objects.get(pk=committed[-1]).xact, committed[-1])
     notifications_dispatch()  # nothing twice
     assert heard == [[early_id, *committed]]
+
+
+def test_a_transaction_in_another_database_holds_nothing_back(heard: list[list[int]]) -> None:
+    """Transaction ids are the server's, but one running in another database (a migration, a
+    batch job) cannot write this database's outbox: the dispatcher does not wait for it."""
+    url = urlsplit(processes.test_database_url())
+    other = psycopg2.connect(url._replace(path="/postgres").geturl())
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_current_xact_id()")  # a transaction id, kept while it stays open
+        early = _row()
+        notifications_dispatch()
+    finally:
+        other.rollback()
+        other.close()
+    assert heard == [[early]]
 
 
 def test_a_row_of_a_rolled_back_transaction_holds_nothing_back(heard: list[list[int]]) -> None:
