@@ -61,12 +61,11 @@ WHERE h.state IN ({_LIVE}) AND h.granted_at IS NOT NULL AND h.ended_at IS NULL G
 USAGE_SQL = SUMS_SQL
 
 
-def usage_by_team(arrays: Sequence[Any], t: float, h: float,
-                  running: Sequence[tuple[int, float, int]] = ()) -> dict[int, float]:
+def usage_by_team(arrays: Sequence[Any], t: float, h: float) -> dict[int, float]:
     """Each team's decayed usage at `t` (epoch seconds) from the arrays of USAGE_SQL: its ledger
-    stripes decayed from their as_of, and what its running leases used: from the sums, or where
-    USAGE_SQL says they are not the half-life's, from `running` (RUNNING_SQL's rows: team, grant
-    time, GPUs)."""
+    stripes decayed from their as_of, and what its running leases used: from the sums, or, where
+    USAGE_SQL says they wait for a rebuild with a new half-life, from the running leases read one
+    by one (RUNNING_SQL, one more query)."""
     teams, closed, as_of = (a or () for a in arrays[:3])
     usage: dict[int, float] = {}
     for team_id, value, at in zip(teams, closed, as_of, strict=True):
@@ -75,7 +74,7 @@ def usage_by_team(arrays: Sequence[Any], t: float, h: float,
         for team_id, value in running_from_sums(arrays, t, h).items():
             usage[team_id] = usage.get(team_id, 0.0) + value
         return usage
-    for team_id, since, n in running:
+    for team_id, since, n in running_rows():
         usage[team_id] = usage.get(team_id, 0.0) + interval_usage(n, since, t, t, h)
     return usage
 
@@ -107,8 +106,7 @@ def team_usage_views(now: datetime) -> dict[str, TeamView]:
     with connection.cursor() as cur:
         cur.execute(USAGE_SQL)
         arrays = cur.fetchone()
-    running = () if arrays[COLUMNS - 1] else running_rows()
-    return team_views(teams, usage_by_team(arrays, now.timestamp(), h, running))
+    return team_views(teams, usage_by_team(arrays, now.timestamp(), h))
 
 
 def ledger_close_many(ended: Iterable[tuple[int, int, datetime, datetime]], *,

@@ -45,12 +45,12 @@ COLUMNS = 10  # of SUMS_SQL
 
 
 def running_from_sums(arrays: Sequence[Any], t: float, h: float) -> dict[int, float]:
-    """Each team's running usage at `t` (epoch seconds) from SUMS_SQL's arrays (its columns
-    3–8): granted less ended GPUs and weights. A team that runs nothing has none, exactly; a
-    team's total is never below 0 (a lease granted after `t`, by another pool's pass that
+    """Each team's running usage at `t` (epoch seconds) from SUMS_SQL's arrays (the ledger's
+    teams and as_of, columns 3–8): granted less ended GPUs and weights. A team that runs nothing
+    has none, exactly; a team's total is never below 0 (a lease granted after `t`, by another pool's pass that
     committed first, counts a few negative GPU-milliseconds)."""
-    _, _, as_of, ended_gpus, ended_weight, g_teams, g_gpus, g_weight, g_as_of = (a or () for a in arrays[:9])
-    ledger_teams = arrays[0] or ()
+    ledger_teams, _, as_of, ended_gpus, ended_weight, g_teams, g_gpus, g_weight, g_as_of = (
+        a or () for a in arrays[:9])
     gpus: dict[int, int] = {}
     weight: dict[int, float] = {}
     for team_id, n, w, a in zip(g_teams, g_gpus, g_weight, g_as_of, strict=True):

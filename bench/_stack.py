@@ -186,11 +186,16 @@ def backend_cpu(dbname: str) -> dict[int, float]:
     return out
 
 
-def _is_postgres(pid: int) -> bool:
+def comm(pid: int) -> str:
+    """The process's command name ("" once it is gone)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() in ("postgres", "postgresql")
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
-        return False
+        return ""
+
+
+def _is_postgres(pid: int) -> bool:
+    return comm(pid) in ("postgres", "postgresql")
 
 
 def percentile(values: list[float], q: float) -> float:

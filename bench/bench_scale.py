@@ -189,7 +189,7 @@ class _Spent:
         parents = _stack._processes()
         tree = _stack._tree_cpu(parents, [self.scheduler])
         own = _stack._cpu(parents[self.scheduler][1]) if self.scheduler in parents else 0.0
-        redis = [pid for pid, (_, fields) in parents.items() if _comm(pid) == "redis-server"]
+        redis = [pid for pid, (_, fields) in parents.items() if _stack.comm(pid) == "redis-server"]
         busy, all_ = _cpu_times()
         times = os.times()
         return {"celery parent": own, "passes": tree - own,
@@ -215,13 +215,6 @@ class _Spent:
                           for key in ("passes", "celery parent", "postgres", "redis", "driver"))
         return (f"CPU a pass (ms): {parts}; machine busy {100 * t['busy'] / max(1e-9, t['all']):.0f}% "
                 f"({os.cpu_count()} CPUs)")
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
 
 
 def _wait_granted(ids: list[Any], timeout: float = 600.0) -> None:

@@ -29,7 +29,7 @@ from django.db import connection
 
 from allocation.engine.lease_reads import CLASS_SQL, Names
 from allocation.engine.lease_reads import read as _read
-from allocation.ledger import USAGE_SQL, running_rows, team_rows, team_views, usage_by_team
+from allocation.ledger import USAGE_SQL, team_rows, team_views, usage_by_team
 from allocation.models import Reservation, SchedulerSettings
 from allocation.policy.types import PoolView, QuotaView, ReservationView, TeamView
 from allocation.running_usage import COLUMNS
@@ -142,10 +142,7 @@ class PassContext:
         return PassContext(self.pool, self.now, self.row, config, own)
 
     def teams(self) -> dict[str, TeamView]:
-        usage = self.row[_USAGE]
-        # The sums wait for a rebuild with a new half-life: the running leases, one by one.
-        running = () if usage[COLUMNS - 1] else running_rows()
-        return team_views(self.config.teams, usage_by_team(usage, self.now.timestamp(), self.half_life_s, running))
+        return team_views(self.config.teams, usage_by_team(self.row[_USAGE], self.now.timestamp(), self.half_life_s))
 
     def quotas(self) -> dict[tuple[str, str], QuotaView]:
         name = self.pool.name
